@@ -1,0 +1,114 @@
+"""The asyncio client: the same promises as :mod:`producer.client`, awaitable."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from functools import partial
+
+import redis.asyncio as aioredis
+
+from producer.client import Client, result_from_terminal
+from producer.streams import Event, aread_events
+from producer.submission import RequestLike
+from schemas.errors import JobFailed
+from schemas.events import ErrorEvent, FinalEvent, TokenEvent
+from schemas.jobs import JobResult, JobStatus
+from schemas.queues import Priority, Tier
+from schemas.settings import Settings
+
+
+class AsyncClient:
+    """Submits jobs from asyncio code. Create one per event loop and reuse it."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        # Submitting is a short database commit plus one publish; running it in a
+        # thread keeps the event loop free without a second driver stack.
+        self._sync = Client(settings)
+        self._redis = aioredis.Redis.from_url(settings.broker_url)
+
+    @classmethod
+    def from_env(cls) -> AsyncClient:
+        """A client configured from ``LLMQ_*`` environment variables."""
+        return cls(Settings.from_env())
+
+    async def submit(
+        self,
+        request: RequestLike,
+        *,
+        tier: Tier | str = "auto",
+        priority: Priority | str = Priority.INTERACTIVE,
+        idempotency_key: str | None = None,
+    ) -> AsyncJobHandle:
+        """See :meth:`producer.client.Client.submit`."""
+        handle = await asyncio.to_thread(
+            partial(
+                self._sync.submit,
+                request,
+                tier=tier,
+                priority=priority,
+                idempotency_key=idempotency_key,
+            )
+        )
+        return AsyncJobHandle(self, handle.job_id, handle.tier, handle.priority)
+
+    async def status(self, job_id: str) -> JobStatus:
+        """The job's current status as recorded in the database."""
+        return await asyncio.to_thread(self._sync.status, job_id)
+
+    def events(
+        self, job_id: str, *, from_seq: int = 0, timeout: float | None = None
+    ) -> AsyncIterator[Event]:
+        """A job's stream events from ``from_seq`` on, ending with the terminal event."""
+        lookup = partial(self._sync.terminal_event, job_id)
+        return aread_events(
+            self._redis, job_id, from_seq=from_seq, timeout=timeout, terminal_lookup=lookup
+        )
+
+    async def aclose(self) -> None:
+        """Release connections."""
+        await self._redis.aclose()
+        await asyncio.to_thread(self._sync.close)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.aclose()
+
+
+class AsyncJobHandle:
+    """One submitted job, for asyncio code."""
+
+    def __init__(self, client: AsyncClient, job_id: str, tier: Tier, priority: Priority) -> None:
+        self.client = client
+        self.job_id = job_id
+        self.tier = tier
+        self.priority = priority
+        self._terminal: FinalEvent | ErrorEvent | None = None
+
+    async def events(
+        self, *, from_seq: int = 0, timeout: float | None = None
+    ) -> AsyncIterator[Event]:
+        """Every stream event from ``from_seq``, in order, each exactly once."""
+        async for event in self.client.events(self.job_id, from_seq=from_seq, timeout=timeout):
+            if not isinstance(event, TokenEvent):
+                self._terminal = event
+            yield event
+
+    async def stream(self, *, timeout: float | None = None) -> AsyncIterator[str]:
+        """Yield text chunks as they are generated; raises ``JobFailed`` on a job error."""
+        async for event in self.events(timeout=timeout):
+            if isinstance(event, TokenEvent):
+                yield event.text
+            elif isinstance(event, ErrorEvent):
+                raise JobFailed(f"job {self.job_id} failed: {event.message}")
+
+    async def result(self, *, timeout: float | None = None) -> JobResult:
+        """Wait for the final text and timings; raises ``JobFailed`` or ``JobTimeout``."""
+        if self._terminal is None:
+            async for _ in self.events(timeout=timeout):
+                pass
+        assert self._terminal is not None
+        return result_from_terminal(self.job_id, self.tier, self.priority, self._terminal)

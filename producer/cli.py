@@ -1,0 +1,142 @@
+"""The ``llmq`` command. Producer commands live here; others plug in by entry point.
+
+Commands whose code needs the worker side (``worker``, ``up``, ``model``, ``bench``)
+are registered through the ``llmq.commands`` entry-point group, so this module never
+imports the workers package and a producer-only install still has a working CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
+
+from schemas.errors import LlmqError
+from schemas.queues import Priority, Tier
+from schemas.settings import Settings
+
+Handler = Callable[[argparse.Namespace], int]
+
+EXTRA_HINT = "this command needs the worker extra: pip install 'llmq[cpu]' (or 'llmq[gpu]')"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``llmq``; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=getattr(args, "log_level", "WARNING"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    handler: Handler | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return 2
+    try:
+        return handler(args)
+    except LlmqError as exc:
+        print(f"llmq: error: {exc}", file=sys.stderr)
+        return 1
+    except ModuleNotFoundError as exc:
+        print(f"llmq: error: missing module {exc.name!r}; {EXTRA_HINT}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("llmq: interrupted", file=sys.stderr)
+        return 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """All subcommands: the producer's own and every registered plug-in."""
+    parser = argparse.ArgumentParser(
+        prog="llmq", description="Queue-first LLM serving: submit, route, stream."
+    )
+    parser.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+    _add_submit(commands)
+    _add_status(commands)
+    for entry in sorted(entry_points(group="llmq.commands"), key=lambda e: e.name):
+        try:
+            register = entry.load()
+        except ImportError as exc:
+            _add_unavailable(commands, entry.name, exc)
+            continue
+        register(commands)
+    return parser
+
+
+def _add_unavailable(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], name: str, exc: ImportError
+) -> None:
+    # A plug-in whose dependencies are missing still shows up, and says why.
+    def unavailable(_args: argparse.Namespace) -> int:
+        print(f"llmq: error: '{name}' is unavailable ({exc}); {EXTRA_HINT}", file=sys.stderr)
+        return 1
+
+    command = commands.add_parser(name, help=f"(unavailable: {exc.__class__.__name__})")
+    command.set_defaults(handler=unavailable)
+
+
+def _add_submit(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    submit = commands.add_parser("submit", help="submit text and stream the answer")
+    submit.add_argument("text", help="the user message")
+    submit.add_argument("--tier", default="auto", choices=["auto", *[t.value for t in Tier]])
+    submit.add_argument(
+        "--priority", default=Priority.INTERACTIVE.value, choices=[p.value for p in Priority]
+    )
+    submit.add_argument("--max-tokens", type=int, default=128)
+    submit.add_argument("--temperature", type=float, default=0.7)
+    submit.add_argument("--idempotency-key", default=None)
+    submit.add_argument("--timeout", type=float, default=300.0, help="seconds to wait")
+    submit.add_argument("--json", action="store_true", help="print the result as JSON")
+    submit.set_defaults(handler=_submit)
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from producer.client import Client
+
+    with Client(Settings.from_env()) as client:
+        handle = client.submit(
+            {
+                "messages": [{"role": "user", "content": args.text}],
+                "max_tokens": args.max_tokens,
+                "temperature": args.temperature,
+            },
+            tier=args.tier,
+            priority=args.priority,
+            idempotency_key=args.idempotency_key,
+        )
+        if args.json:
+            print(handle.result(timeout=args.timeout).model_dump_json())
+            return 0
+        for chunk in handle.stream(timeout=args.timeout):
+            print(chunk, end="", flush=True)
+        result = handle.result()
+        print(flush=True)
+        timings = result.timings
+        print(
+            f"[job {result.job_id} tier={result.tier} tokens={result.usage.completion_tokens} "
+            f"ttft={timings.ttft_ms or 0:.0f}ms total={timings.total_ms:.0f}ms]",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def _add_status(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    status = commands.add_parser("status", help="queue depths, workers and engine warmth")
+    status.set_defaults(handler=_status)
+
+
+def _status(_args: argparse.Namespace) -> int:
+    import redis
+
+    from producer.status import render_status
+
+    settings = Settings.from_env()
+    print(render_status(redis.Redis.from_url(settings.broker_url)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""The synchronous client: submit a request, stream its tokens, wait for its result."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import partial
+
+import redis
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from producer.enqueue import Enqueuer
+from producer.jobs import delete_job, insert_job, load_job, terminal_event_from_row
+from producer.streams import Event, read_events
+from producer.submission import RequestLike, prepare_submission
+from schemas.db import make_engine, make_sessions
+from schemas.errors import BrokerUnavailable, JobFailed
+from schemas.events import ErrorEvent, FinalEvent, TokenEvent
+from schemas.jobs import JobResult, JobStatus
+from schemas.queues import Priority, Tier
+from schemas.settings import Settings
+
+
+class Client:
+    """Submits jobs to llmq. Thread-safe; create one per process and reuse it."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        redis_client: redis.Redis | None = None,
+        db_engine: Engine | None = None,
+    ) -> None:
+        self.settings = settings
+        self._redis = redis_client or redis.Redis.from_url(settings.broker_url)
+        self._db = db_engine or make_engine(settings.database_url)
+        self._sessions: sessionmaker[Session] = make_sessions(self._db)
+        self._enqueuer = Enqueuer(settings)
+
+    @classmethod
+    def from_env(cls) -> Client:
+        """A client configured from ``LLMQ_*`` environment variables."""
+        return cls(Settings.from_env())
+
+    def submit(
+        self,
+        request: RequestLike,
+        *,
+        tier: Tier | str = "auto",
+        priority: Priority | str = Priority.INTERACTIVE,
+        idempotency_key: str | None = None,
+    ) -> JobHandle:
+        """Validate, route, record and enqueue ``request``; return at once with a handle.
+
+        ``request`` is text, a dict or a ``GenerationRequest``. The job row is committed
+        (status queued) before the message is published; if publishing fails the row is
+        removed, so nothing is left half-enqueued. The same ``idempotency_key`` returns
+        the same job. Raises ``InvalidRequest``, ``PromptTooLong``, ``BrokerUnavailable``
+        or ``DatabaseUnavailable``.
+        """
+        submission = prepare_submission(
+            request,
+            tier=str(tier),
+            priority=str(priority),
+            idempotency_key=idempotency_key,
+            settings=self.settings,
+        )
+        job, created = insert_job(
+            self._sessions,
+            request=submission.request,
+            decision=submission.decision,
+            priority=submission.options.priority,
+            idempotency_key=submission.options.idempotency_key,
+        )
+        if created:
+            try:
+                self._enqueuer.enqueue(
+                    job.id, tier=submission.decision.tier, priority=submission.options.priority
+                )
+            except BrokerUnavailable:
+                delete_job(self._sessions, job.id)
+                raise
+        return JobHandle(self, job.id, Tier(job.tier), Priority(job.priority))
+
+    def handle(self, job_id: str) -> JobHandle:
+        """A handle on an existing job; raises ``JobNotFound``."""
+        job = load_job(self._sessions, job_id)
+        return JobHandle(self, job.id, Tier(job.tier), Priority(job.priority))
+
+    def status(self, job_id: str) -> JobStatus:
+        """The job's current status as recorded in the database."""
+        return JobStatus(load_job(self._sessions, job_id).status)
+
+    def events(
+        self, job_id: str, *, from_seq: int = 0, timeout: float | None = None
+    ) -> Iterator[Event]:
+        """A job's stream events from ``from_seq`` on, ending with the terminal event."""
+        lookup = partial(self.terminal_event, job_id)
+        return read_events(
+            self._redis, job_id, from_seq=from_seq, timeout=timeout, terminal_lookup=lookup
+        )
+
+    def terminal_event(self, job_id: str, seq: int) -> FinalEvent | ErrorEvent | None:
+        """The outcome recorded on the job row as event ``seq``, or None while it runs."""
+        return terminal_event_from_row(load_job(self._sessions, job_id), seq)
+
+    def close(self) -> None:
+        """Release Redis, broker and database connections."""
+        self._enqueuer.close()
+        self._redis.close()
+        self._db.dispose()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+class JobHandle:
+    """One submitted job: stream its text or wait for its result."""
+
+    def __init__(self, client: Client, job_id: str, tier: Tier, priority: Priority) -> None:
+        self.client = client
+        self.job_id = job_id
+        self.tier = tier
+        self.priority = priority
+        self._terminal: FinalEvent | ErrorEvent | None = None
+
+    def __repr__(self) -> str:
+        return f"JobHandle({self.job_id!r}, tier={self.tier}, priority={self.priority})"
+
+    def events(self, *, from_seq: int = 0, timeout: float | None = None) -> Iterator[Event]:
+        """Every stream event from ``from_seq``, in order, each exactly once."""
+        for event in self.client.events(self.job_id, from_seq=from_seq, timeout=timeout):
+            if not isinstance(event, TokenEvent):
+                self._terminal = event
+            yield event
+
+    def stream(self, *, timeout: float | None = None) -> Iterator[str]:
+        """Yield text chunks as they are generated; raises ``JobFailed`` on a job error."""
+        for event in self.events(timeout=timeout):
+            if isinstance(event, TokenEvent):
+                yield event.text
+            elif isinstance(event, ErrorEvent):
+                raise JobFailed(f"job {self.job_id} failed: {event.message}")
+
+    def result(self, *, timeout: float | None = None) -> JobResult:
+        """Wait for the final text and timings; raises ``JobFailed`` or ``JobTimeout``."""
+        if self._terminal is None:
+            for _ in self.events(timeout=timeout):
+                pass
+        assert self._terminal is not None
+        return result_from_terminal(self.job_id, self.tier, self.priority, self._terminal)
+
+
+def result_from_terminal(
+    job_id: str, tier: Tier, priority: Priority, terminal: FinalEvent | ErrorEvent
+) -> JobResult:
+    """The caller's view of a terminal event; raises ``JobFailed`` for an error event."""
+    if isinstance(terminal, ErrorEvent):
+        raise JobFailed(f"job {job_id} failed: {terminal.message}")
+    return JobResult(
+        job_id=job_id,
+        status=JobStatus.DONE,
+        text=terminal.text,
+        tier=tier,
+        priority=priority,
+        usage=terminal.usage,
+        timings=terminal.timings,
+        worker_id=terminal.worker_id,
+        finish_reason=terminal.finish_reason,
+    )

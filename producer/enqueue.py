@@ -1,0 +1,51 @@
+"""Publishing job messages on the tier queues, through Celery's own protocol.
+
+The producer sends by task name, so it never imports the workers package.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+from kombu.exceptions import OperationalError
+
+from schemas.errors import BrokerUnavailable
+from schemas.queues import GENERATE_TASK, Priority, Tier, celery_config, queue_name
+from schemas.settings import Settings
+
+# A Redis blip is retried briefly; a Redis that is down fails the submit fast.
+PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.1}
+
+
+class Enqueuer:
+    """Sends ``llmq.generate`` messages; one per producer process is enough."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._app = Celery("llmq-producer", set_as_current=False)
+        self._app.conf.update(
+            celery_config(
+                broker_url=settings.broker_url,
+                visibility_timeout_s=settings.visibility_timeout_s,
+            )
+        )
+
+    def enqueue(self, job_id: str, *, tier: Tier, priority: Priority) -> None:
+        """Publish one job; raises ``BrokerUnavailable`` if Redis cannot take it."""
+        queue = queue_name(tier, priority)
+        try:
+            self._app.send_task(
+                GENERATE_TASK,
+                args=[job_id],
+                queue=queue,
+                routing_key=queue,
+                task_id=job_id,
+                retry=True,
+                retry_policy=PUBLISH_RETRY_POLICY,
+            )
+        except OperationalError as exc:
+            raise BrokerUnavailable(
+                f"cannot reach Redis to enqueue on {queue}: {exc}; nothing was enqueued"
+            ) from exc
+
+    def close(self) -> None:
+        """Release broker connections."""
+        self._app.close()

@@ -1,0 +1,114 @@
+"""Job rows as the producer writes and reads them."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from schemas.errors import DatabaseUnavailable, JobNotFound
+from schemas.events import ErrorEvent, FinalEvent, Timings, Usage
+from schemas.jobs import JobStatus
+from schemas.queues import Priority
+from schemas.requests import GenerationRequest, RoutingDecision
+from schemas.tables import Job
+
+
+def new_job_id() -> str:
+    """A random, unguessable job id (128 bits)."""
+    return uuid.uuid4().hex
+
+
+def insert_job(
+    sessions: sessionmaker[Session],
+    *,
+    request: GenerationRequest,
+    decision: RoutingDecision,
+    priority: Priority,
+    idempotency_key: str | None,
+) -> tuple[Job, bool]:
+    """Write a queued job row; return it and whether it is new.
+
+    With an idempotency key that already exists, the existing job is returned instead.
+    Raises ``DatabaseUnavailable`` if the database refuses.
+    """
+    job = Job(
+        id=new_job_id(),
+        idempotency_key=idempotency_key,
+        tier=decision.tier.value,
+        priority=priority.value,
+        routing=decision.model_dump(mode="json"),
+        status=JobStatus.QUEUED.value,
+        request=request.model_dump(mode="json"),
+        attempts=0,
+    )
+    try:
+        with sessions.begin() as session:
+            session.add(job)
+        return job, True
+    except IntegrityError:
+        if idempotency_key is None:
+            raise
+        return _by_idempotency_key(sessions, idempotency_key), False
+    except SQLAlchemyError as exc:
+        raise DatabaseUnavailable(f"could not record the job: {_short(exc)}") from exc
+
+
+def _by_idempotency_key(sessions: sessionmaker[Session], key: str) -> Job:
+    with sessions() as session:
+        job = session.scalars(select(Job).where(Job.idempotency_key == key)).one_or_none()
+    if job is None:  # lost a race with a delete: treat as unknown
+        raise JobNotFound(f"no job for idempotency key {key!r}")
+    return job
+
+
+def delete_job(sessions: sessionmaker[Session], job_id: str) -> None:
+    """Remove a row whose message never reached the queue."""
+    try:
+        with sessions.begin() as session:
+            session.execute(delete(Job).where(Job.id == job_id))
+    except SQLAlchemyError as exc:
+        raise DatabaseUnavailable(f"could not roll back job {job_id}: {_short(exc)}") from exc
+
+
+def load_job(sessions: sessionmaker[Session], job_id: str) -> Job:
+    """The job row; raises ``JobNotFound`` or ``DatabaseUnavailable``."""
+    try:
+        with sessions() as session:
+            job = session.get(Job, job_id)
+    except SQLAlchemyError as exc:
+        raise DatabaseUnavailable(f"could not read job {job_id}: {_short(exc)}") from exc
+    if job is None:
+        raise JobNotFound(f"no job with id {job_id}")
+    return job
+
+
+def terminal_event_from_row(job: Job, seq: int) -> FinalEvent | ErrorEvent | None:
+    """The final event a finished row stands for, or None while it still runs.
+
+    Used when a stream's replay log has expired but the row still holds the outcome.
+    """
+    if job.status == JobStatus.DONE:
+        return FinalEvent(
+            seq=seq,
+            text=job.output_text or "",
+            finish_reason=job.finish_reason,
+            usage=Usage(
+                prompt_tokens=job.prompt_tokens or 0, completion_tokens=job.completion_tokens or 0
+            ),
+            timings=Timings(
+                queue_wait_ms=job.queue_wait_ms or 0.0,
+                ttft_ms=job.ttft_ms,
+                total_ms=job.total_ms or 0.0,
+            ),
+            worker_id=job.worker_id or "",
+        )
+    if job.status == JobStatus.FAILED:
+        return ErrorEvent(seq=seq, message=job.error or "the job failed")
+    return None
+
+
+def _short(exc: Exception) -> str:
+    return str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__

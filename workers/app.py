@@ -1,0 +1,46 @@
+"""The Celery app: Redis broker, JSON only, one queue per tier and priority."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import Celery, Task
+from kombu import Queue
+
+from schemas.queues import GENERATE_TASK, all_queues, celery_config
+from schemas.settings import Settings
+from workers.runner import run_job
+from workers.runtime import WorkerRuntime
+
+log = logging.getLogger(__name__)
+
+
+class LlmqCelery(Celery):  # type: ignore[misc]
+    """A Celery app that carries the worker's runtime to its tasks."""
+
+    runtime: WorkerRuntime | None = None
+
+
+def make_app(settings: Settings) -> LlmqCelery:
+    """Build the app; tasks find the engine through ``app.runtime``, set at start-up."""
+    app = LlmqCelery("llmq", set_as_current=False)
+    app.conf.update(
+        celery_config(
+            broker_url=settings.broker_url, visibility_timeout_s=settings.visibility_timeout_s
+        )
+    )
+    app.conf.task_queues = [Queue(name, routing_key=name) for name in all_queues()]
+    app.task(name=GENERATE_TASK, bind=True, acks_late=True)(generate_task)
+    return app
+
+
+def generate_task(task: Task, job_id: Any = None, *_extra: Any, **_extra_kw: Any) -> None:
+    """Decode the message and run the job. Malformed messages are logged and dropped."""
+    if not isinstance(job_id, str) or not job_id:
+        log.error("dropping malformed %s message: job id %r", GENERATE_TASK, job_id)
+        return
+    runtime = task.app.runtime
+    if runtime is None:
+        raise RuntimeError("the worker took a job before its engine was started")
+    run_job(runtime, job_id)

@@ -1,0 +1,59 @@
+"""The contract between a worker's job runner and its inference engine."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    """Sampling knobs a job passes through to the engine."""
+
+    max_tokens: int
+    temperature: float = 0.7
+    top_p: float = 1.0
+    stop: Sequence[str] = field(default_factory=tuple)
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class Delta:
+    """New text since the previous delta of one request."""
+
+    text: str
+    completion_tokens: int
+    finished: bool
+    finish_reason: str | None = None
+
+
+class Engine(Protocol):
+    """A started, thread-safe engine: many threads may stream from it at once."""
+
+    @property
+    def max_model_len(self) -> int:
+        """Context window in tokens (prompt plus output)."""
+        ...
+
+    def render_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        """Token ids of ``messages`` in the model's chat format, ready for generation."""
+        ...
+
+    def stream(
+        self, prompt_token_ids: list[int], options: SamplingOptions, request_id: str
+    ) -> Iterator[Delta]:
+        """Generate for one request, yielding deltas until the last has ``finished``.
+
+        Closing the iterator early aborts the request in the engine.
+        Raises ``EngineError`` if the engine fails.
+        """
+        ...
+
+    def in_flight(self) -> int:
+        """Requests currently inside the engine (running or waiting for a batch slot)."""
+        ...
+
+    def shutdown(self) -> None:
+        """Stop the engine and free its memory; idempotent."""
+        ...

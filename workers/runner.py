@@ -1,0 +1,139 @@
+"""Running one job: claim the row, generate, stream every token, record the outcome.
+
+Plain functions, callable without Celery; the Celery task only decodes the message.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
+
+from schemas.errors import LlmqError, PromptTooLong
+from schemas.events import Timings, Usage
+from schemas.requests import GenerationRequest
+from schemas.tables import utcnow
+from workers.engine.base import SamplingOptions
+from workers.jobs import ClaimedJob, claim_job, elapsed_ms, fail_job, finish_job
+from workers.publisher import StreamPublisher
+from workers.runtime import WorkerRuntime
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Generation:
+    """What came out of the engine for one job."""
+
+    text_parts: list[str] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+    ttft_ms: float | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_parts)
+
+
+def run_job(runtime: WorkerRuntime, job_id: str) -> None:
+    """Run job ``job_id`` to its end. Never raises for a problem of the job itself.
+
+    A missing or already finished job is skipped. A failure becomes a failed row
+    and an error event naming the problem, and the worker goes on serving.
+    """
+    claimed = claim_job(runtime.sessions, job_id, runtime.worker_id)
+    if claimed is None:
+        log.info("job %s is unknown or already finished; skipping", job_id)
+        return
+    publisher = StreamPublisher(runtime.redis, job_id, ttl_s=runtime.settings.replay_ttl_s)
+    if claimed.attempt > 1:
+        publisher.reset()
+    try:
+        generation = generate(runtime, claimed, publisher)
+    except LlmqError as exc:
+        _fail(runtime, publisher, job_id, str(exc))
+        return
+    except Exception as exc:
+        log.exception("job %s failed unexpectedly", job_id)
+        _fail(runtime, publisher, job_id, f"internal worker error ({exc.__class__.__name__})")
+        return
+    timings = Timings(
+        queue_wait_ms=elapsed_ms(claimed.created_at, claimed.started_at),
+        ttft_ms=generation.ttft_ms,
+        total_ms=elapsed_ms(claimed.created_at, utcnow()),
+    )
+    usage = Usage(
+        prompt_tokens=generation.prompt_tokens, completion_tokens=generation.completion_tokens
+    )
+    finish_job(
+        runtime.sessions,
+        job_id,
+        text=generation.text,
+        finish_reason=generation.finish_reason,
+        usage=usage,
+        timings=timings,
+    )
+    publisher.final(
+        text=generation.text,
+        finish_reason=generation.finish_reason,
+        usage=usage,
+        timings=timings,
+        worker_id=runtime.worker_id,
+    )
+
+
+def generate(
+    runtime: WorkerRuntime, claimed: ClaimedJob, publisher: StreamPublisher
+) -> Generation:
+    """Stream the job's completion, publishing each chunk as it arrives."""
+    request = _stored_request(claimed)
+    prompt_ids = runtime.engine.render_chat(
+        [message.model_dump() for message in request.messages]
+    )
+    _check_context(len(prompt_ids), request.max_tokens, runtime)
+    options = SamplingOptions(
+        max_tokens=request.max_tokens,
+        temperature=request.temperature,
+        top_p=request.top_p,
+        stop=tuple(request.stop),
+        seed=request.seed,
+    )
+    generation = Generation(prompt_tokens=len(prompt_ids))
+    # Elapsed time is measured on the monotonic clock from the claim on.
+    claim_offset_ms = elapsed_ms(claimed.created_at, claimed.started_at)
+    started = time.monotonic()
+    request_id = f"{claimed.id}-{claimed.attempt}"
+    for delta in runtime.engine.stream(prompt_ids, options, request_id):
+        if delta.text:
+            if generation.ttft_ms is None:
+                generation.ttft_ms = claim_offset_ms + (time.monotonic() - started) * 1000.0
+            generation.text_parts.append(delta.text)
+            publisher.token(delta.text)
+        generation.completion_tokens = delta.completion_tokens
+        generation.finish_reason = delta.finish_reason or generation.finish_reason
+    return generation
+
+
+def _stored_request(claimed: ClaimedJob) -> GenerationRequest:
+    try:
+        return GenerationRequest.model_validate(claimed.request)
+    except ValidationError as exc:
+        raise LlmqError(f"the stored request is invalid: {exc.error_count()} problem(s)") from exc
+
+
+def _check_context(prompt_tokens: int, max_tokens: int, runtime: WorkerRuntime) -> None:
+    context = runtime.engine.max_model_len
+    if prompt_tokens + max_tokens > context:
+        raise PromptTooLong(
+            f"the prompt is {prompt_tokens} tokens; with max_tokens={max_tokens} it exceeds "
+            f"the {runtime.tier} tier's context window of {context} tokens"
+        )
+
+
+def _fail(runtime: WorkerRuntime, publisher: StreamPublisher, job_id: str, message: str) -> None:
+    log.warning("job %s failed: %s", job_id, message)
+    fail_job(runtime.sessions, job_id, message)
+    publisher.error(message)

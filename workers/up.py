@@ -1,0 +1,121 @@
+"""``llmq up``: Redis, the database, the bundled model and one warm worker, locally."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from urllib.parse import urlparse
+
+import redis
+
+from schemas.errors import BrokerUnavailable, EngineError
+from schemas.queues import Tier, WORKER_KEY_PREFIX
+from schemas.settings import Settings
+from workers.models import resolve_model
+
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
+READY_TIMEOUT_S = 900.0
+
+
+def run_up(settings: Settings, *, tier: Tier, concurrency: int | None) -> int:
+    """Bring the stack up, wait for the worker to be warm, serve until Ctrl-C."""
+    with local_redis(settings.broker_url):
+        _run(["db", "upgrade"])
+        say(f"database ready: {settings.database_url}")
+        say(f"model ready: {resolve_model(settings.tier(tier).model, settings.bundled_model_dir)}")
+        command = [sys.executable, "-m", "producer.cli", "worker", "--tier", tier.value]
+        if concurrency:
+            command += ["--concurrency", str(concurrency)]
+        worker = subprocess.Popen(command)
+        try:
+            _wait_warm(redis.Redis.from_url(settings.broker_url), tier, worker)
+            say(f"llmq is up: one warm {tier} worker. Try:  llmq submit 'Where is my order?'")
+            say("Ctrl-C stops everything.")
+            return worker.wait()
+        except KeyboardInterrupt:
+            say("stopping the worker (it finishes what it is running)...")
+            return 0
+        finally:
+            _stop(worker)
+
+
+def say(message: str) -> None:
+    print(f"llmq up: {message}", flush=True)
+
+
+@contextlib.contextmanager
+def local_redis(url: str) -> Iterator[None]:
+    """Use Redis at ``url``; if none answers on a local address, run one until exit."""
+    if _redis_answers(url):
+        say(f"using Redis at {url}")
+        yield
+        return
+    parsed = urlparse(url)
+    binary = shutil.which("redis-server")
+    if parsed.hostname not in LOCAL_HOSTS or binary is None:
+        raise BrokerUnavailable(
+            f"Redis is not reachable at {url}, and "
+            + ("it is not a local address" if binary else "no redis-server binary is installed")
+            + "; start Redis or set LLMQ_BROKER_URL"
+        )
+    port = str(parsed.port or 6379)
+    server = subprocess.Popen(
+        [binary, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        _wait_for(lambda: _redis_answers(url), 10.0, "redis-server did not start")
+        say(f"no Redis answered at {url}: started {binary} on port {port} (pid {server.pid})")
+        yield
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        say("stopped the redis-server it started")
+
+
+def _redis_answers(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
+
+def _wait_warm(client: redis.Redis, tier: Tier, worker: subprocess.Popen[bytes]) -> None:
+    say(f"starting a {tier} worker; the engine loads and warms up (about a minute on a CPU)")
+
+    def warm() -> bool:
+        if worker.poll() is not None:
+            raise EngineError(f"the worker exited with code {worker.returncode}")
+        for key in client.scan_iter(match=f"{WORKER_KEY_PREFIX}{tier.value}-{worker.pid}@*"):
+            if client.hget(key, "warm") == b"1":
+                return True
+        return False
+
+    _wait_for(warm, READY_TIMEOUT_S, "the worker did not become warm in time")
+
+
+def _wait_for(check: object, timeout: float, failure: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():  # type: ignore[operator]
+            return
+        time.sleep(0.5)
+    raise EngineError(failure)
+
+
+def _run(args: list[str]) -> None:
+    subprocess.run([sys.executable, "-m", "producer.cli", *args], check=True)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

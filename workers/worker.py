@@ -1,0 +1,108 @@
+"""Starting a worker: pin the GPU, warm the engine, then (and only then) consume."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import dataclass
+
+import redis
+
+from schemas.db import make_engine, make_sessions
+from schemas.errors import BrokerUnavailable
+from schemas.queues import Tier, tier_queues
+from schemas.settings import Settings
+from workers.app import make_app
+from workers.engine.vllm import VllmEngine
+from workers.models import resolve_model
+from workers.registry import WorkerRegistration
+from workers.runtime import WorkerRuntime
+from workers.warmup import warm_up
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How ``llmq worker`` was asked to run."""
+
+    tier: Tier
+    gpu: str | None = None
+    concurrency: int | None = None
+    loglevel: str = "INFO"
+
+
+def make_worker_id(tier: Tier) -> str:
+    """``<tier>-<pid>@<host>``: unique per process, readable in Flower and status."""
+    return f"{tier.value}-{os.getpid()}@{socket.gethostname()}"
+
+
+def run_worker(settings: Settings, options: WorkerOptions) -> int:
+    """Run a worker until it is told to stop; return its exit code.
+
+    Raises ``BrokerUnavailable`` if Redis is down and ``EngineError`` if the model
+    cannot be loaded; in both cases before any message is taken.
+    """
+    if options.gpu is not None:
+        # Must be set before vLLM initialises CUDA in this process.
+        os.environ["CUDA_VISIBLE_DEVICES"] = options.gpu
+    tier_config = settings.tier(options.tier)
+    concurrency = options.concurrency or tier_config.concurrency
+    worker_id = make_worker_id(options.tier)
+    client = redis.Redis.from_url(settings.broker_url)
+    _require_redis(client, settings.broker_url)
+
+    registration = WorkerRegistration(
+        client, worker_id=worker_id, tier=options.tier, concurrency=concurrency
+    )
+    registration.announce()  # visible as "warming" while the model loads
+    db = make_engine(settings.database_url)
+    engine: VllmEngine | None = None
+    try:
+        model_path = resolve_model(tier_config.model, settings.bundled_model_dir)
+        engine = VllmEngine.start(model_path=model_path, config=tier_config)
+        registration.track(engine.in_flight)
+        warm_up(engine, concurrency=min(concurrency, 4))
+        runtime = WorkerRuntime(
+            settings=settings,
+            tier=options.tier,
+            worker_id=worker_id,
+            engine=engine,
+            redis=client,
+            sessions=make_sessions(db),
+        )
+        registration.mark_warm()
+        return _consume(runtime, options, concurrency)
+    finally:
+        registration.withdraw()
+        if engine is not None:
+            engine.shutdown()
+        db.dispose()
+
+
+def _consume(runtime: WorkerRuntime, options: WorkerOptions, concurrency: int) -> int:
+    app = make_app(runtime.settings)
+    app.runtime = runtime
+    queues = tier_queues(runtime.tier)
+    log.info("worker %s is warm; consuming %s", runtime.worker_id, ", ".join(queues))
+    worker = app.Worker(
+        hostname=runtime.worker_id,
+        queues=queues,
+        pool="threads",
+        concurrency=concurrency,
+        prefetch_multiplier=1,
+        loglevel=options.loglevel,
+        without_gossip=True,
+        without_mingle=True,
+        quiet=True,
+    )
+    worker.start()
+    return int(worker.exitcode or 0)
+
+
+def _require_redis(client: redis.Redis, url: str) -> None:
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        raise BrokerUnavailable(f"cannot reach Redis at {url}: {exc}") from exc
