@@ -41,6 +41,8 @@ def prepare_submission(
         {"tier": tier, "priority": priority, "idempotency_key": idempotency_key},
         "enqueue options",
     )
+    if parsed.system_prompt is not None:
+        raise InvalidRequest(f"unknown system prompt {parsed.system_prompt!r}: none are registered")
     decision = route(parsed, requested=options.tier, settings=settings)
     check_fits(parsed, tier=decision.tier, settings=settings)
     return Submission(request=parsed, options=options, decision=decision)

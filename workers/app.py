@@ -12,6 +12,7 @@ from schemas.queues import GENERATE_TASK, all_queues, celery_config
 from schemas.settings import Settings
 from workers.runner import run_job
 from workers.runtime import WorkerRuntime
+from workers.transport import TRANSPORT_PATH
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,7 @@ def make_app(settings: Settings) -> LlmqCelery:
         )
     )
     app.conf.task_queues = [Queue(name, routing_key=name) for name in all_queues()]
+    app.conf.broker_transport = TRANSPORT_PATH
     app.task(name=GENERATE_TASK, bind=True, acks_late=True)(generate_task)
     return app
 

@@ -1,0 +1,68 @@
+"""Shared fixtures: real Redis and PostgreSQL, flushed per test; one real worker per session.
+
+Each test tier uses its own Redis database and PostgreSQL database, so a worker
+started for end-to-end tests never consumes what an integration test enqueued.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+import migrations
+from schemas.settings import Settings
+
+REDIS_BASE = os.environ.get("LLMQ_TEST_REDIS", "redis://127.0.0.1:6379")
+POSTGRES_BASE = os.environ.get(
+    "LLMQ_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+INTEGRATION_REDIS_DB = 14
+E2E_REDIS_DB = 13
+
+
+def postgres_database(name: str) -> str:
+    """URL of a fresh-enough database ``name``, created if missing and migrated."""
+    admin_url = make_url(POSTGRES_BASE)
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        exists = conn.scalar(text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name})
+        if not exists:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    url = admin_url.set(database=name).render_as_string(hide_password=False)
+    migrations.upgrade(url)
+    return url
+
+
+def truncate_jobs(url: str) -> None:
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM jobs"))
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def integration_db_url() -> str:
+    return postgres_database("llmq_integration")
+
+
+@pytest.fixture
+def integration_settings(integration_db_url: str, tmp_path: Path) -> Iterator[Settings]:
+    """Settings on real services, with an empty jobs table and an empty Redis database."""
+    redis_url = f"{REDIS_BASE}/{INTEGRATION_REDIS_DB}"
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    truncate_jobs(integration_db_url)
+    yield Settings(
+        broker_url=redis_url,
+        database_url=integration_db_url,
+        model_cache_dir=tmp_path / "cache",
+    )
+    client.flushdb()
+    client.close()

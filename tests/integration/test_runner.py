@@ -1,0 +1,171 @@
+"""run_job against real Redis and PostgreSQL, with a scripted engine in place of vLLM.
+
+The real engine is covered end to end in tests/e2e; here the engine is scripted so
+that the job runner's promises (row states, event order, errors) can be pinned down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator, Sequence
+
+import pytest
+import redis
+
+from producer.aio import AsyncClient
+from producer.client import Client
+from schemas.db import make_engine, make_sessions
+from schemas.errors import EngineError, JobFailed
+from schemas.events import ErrorEvent, FinalEvent, TokenEvent
+from schemas.jobs import JobStatus
+from schemas.queues import Tier, event_log_key
+from schemas.settings import Settings
+from workers.engine.base import Delta, SamplingOptions
+from workers.runner import run_job
+from workers.runtime import WorkerRuntime
+
+pytestmark = pytest.mark.integration
+
+
+class ScriptedEngine:
+    """Emits the given chunks; counts one token per whitespace-separated word of the prompt."""
+
+    def __init__(self, chunks: Sequence[str], *, max_model_len: int = 4096, fail: bool = False):
+        self.chunks = list(chunks)
+        self._max_model_len = max_model_len
+        self.fail = fail
+        self.seen: list[SamplingOptions] = []
+
+    @property
+    def max_model_len(self) -> int:
+        return self._max_model_len
+
+    def render_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        return [1] * sum(len(m["content"].split()) for m in messages)
+
+    def stream(self, prompt_token_ids: list[int], options: SamplingOptions, request_id: str) -> Iterator[Delta]:
+        self.seen.append(options)
+        for index, chunk in enumerate(self.chunks):
+            if self.fail and index == 1:
+                raise EngineError("generation failed: device lost")
+            last = index == len(self.chunks) - 1
+            yield Delta(chunk, index + 1, last, "length" if last else None)
+
+    def in_flight(self) -> int:
+        return 0
+
+    def shutdown(self) -> None:
+        pass
+
+
+def runtime_for(settings: Settings, engine: ScriptedEngine) -> WorkerRuntime:
+    return WorkerRuntime(
+        settings=settings,
+        tier=Tier.SMALL,
+        worker_id="small-test@host",
+        engine=engine,
+        redis=redis.Redis.from_url(settings.broker_url),
+        sessions=make_sessions(make_engine(settings.database_url)),
+    )
+
+
+def test_a_job_streams_in_order_and_records_its_outcome(integration_settings: Settings) -> None:
+    engine = ScriptedEngine(["Hel", "lo", " there"])
+    with Client(integration_settings) as client:
+        handle = client.submit({"messages": [{"role": "user", "content": "say hello"}], "max_tokens": 3, "temperature": 0})
+        run_job(runtime_for(integration_settings, engine), handle.job_id)
+        events = list(handle.events(timeout=10))
+        assert [e.seq for e in events] == [0, 1, 2, 3]
+        assert [e.text for e in events if isinstance(e, TokenEvent)] == ["Hel", "lo", " there"]
+        final = events[-1]
+        assert isinstance(final, FinalEvent)
+        assert final.text == "Hello there"
+        assert final.usage.prompt_tokens == 2
+        assert final.usage.completion_tokens == 3
+        assert final.worker_id == "small-test@host"
+        assert client.status(handle.job_id) is JobStatus.DONE
+    assert engine.seen[0].max_tokens == 3
+    assert engine.seen[0].temperature == 0
+
+
+def test_a_finished_job_is_not_run_again(integration_settings: Settings) -> None:
+    engine = ScriptedEngine(["once"])
+    runtime = runtime_for(integration_settings, engine)
+    with Client(integration_settings) as client:
+        handle = client.submit("hi")
+        run_job(runtime, handle.job_id)
+        run_job(runtime, handle.job_id)
+        assert len(engine.seen) == 1
+        assert handle.result(timeout=5).text == "once"
+
+
+def test_engine_failure_becomes_an_error_event_and_a_failed_row(integration_settings: Settings) -> None:
+    engine = ScriptedEngine(["a", "b", "c"], fail=True)
+    with Client(integration_settings) as client:
+        handle = client.submit("hi")
+        run_job(runtime_for(integration_settings, engine), handle.job_id)
+        with pytest.raises(JobFailed, match="device lost"):
+            handle.result(timeout=5)
+        assert client.status(handle.job_id) is JobStatus.FAILED
+
+
+def test_prompt_over_the_engine_context_fails_clearly(integration_settings: Settings) -> None:
+    engine = ScriptedEngine(["x"], max_model_len=16)
+    with Client(integration_settings) as client:
+        handle = client.submit({"messages": [{"role": "user", "content": "one two three four five six"}], "max_tokens": 12})
+        run_job(runtime_for(integration_settings, engine), handle.job_id)
+        events = list(handle.events(timeout=5))
+    assert isinstance(events[-1], ErrorEvent)
+    assert "context window of 16 tokens" in events[-1].message
+    assert engine.seen == []
+
+
+def test_unknown_job_ids_are_skipped(integration_settings: Settings) -> None:
+    engine = ScriptedEngine(["x"])
+    run_job(runtime_for(integration_settings, engine), "0" * 32)
+    assert engine.seen == []
+
+
+def test_a_reader_that_joins_mid_stream_gets_everything(integration_settings: Settings) -> None:
+    chunks = [f"t{i} " for i in range(40)]
+    engine = ScriptedEngine(chunks)
+    runtime = runtime_for(integration_settings, engine)
+    with Client(integration_settings) as client:
+        handle = client.submit("hi")
+        worker = threading.Thread(target=run_job, args=(runtime, handle.job_id))
+        worker.start()
+        late = list(handle.stream(timeout=10))
+        worker.join()
+        assert "".join(late) == "".join(chunks)
+        for start in (0, 7, 40):
+            resumed = list(client.events(handle.job_id, from_seq=start, timeout=5))
+            assert [e.seq for e in resumed] == list(range(start, 41))
+
+
+def test_after_the_replay_log_expires_the_row_still_answers(integration_settings: Settings) -> None:
+    engine = ScriptedEngine(["kept ", "in sql"])
+    with Client(integration_settings) as client:
+        handle = client.submit("hi")
+        run_job(runtime_for(integration_settings, engine), handle.job_id)
+        redis.Redis.from_url(integration_settings.broker_url).delete(event_log_key(handle.job_id))
+        (final,) = list(client.events(handle.job_id, timeout=10))
+    assert isinstance(final, FinalEvent)
+    assert final.text == "kept in sql"
+
+
+def test_the_async_client_streams_the_same_events(integration_settings: Settings) -> None:
+    engine = ScriptedEngine(["as", "ync"])
+    runtime = runtime_for(integration_settings, engine)
+
+    async def scenario() -> tuple[list[str], str]:
+        async with AsyncClient(integration_settings) as client:
+            handle = await client.submit("hi", tier="small")
+            await asyncio.to_thread(run_job, runtime, handle.job_id)
+            chunks = [chunk async for chunk in handle.stream(timeout=10)]
+            result = await handle.result(timeout=10)
+            return chunks, result.text
+
+    chunks, text = asyncio.run(scenario())
+    assert chunks == ["as", "ync"]
+    assert text == "async"

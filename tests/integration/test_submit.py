@@ -1,0 +1,107 @@
+"""Submitting against real Redis and PostgreSQL, no worker running."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+import redis
+from sqlalchemy import create_engine, func, select
+from sqlalchemy.orm import Session
+
+from producer.client import Client
+from schemas.errors import BrokerUnavailable, InvalidRequest, PromptTooLong
+from schemas.jobs import JobStatus
+from schemas.queues import GENERATE_TASK, all_queues
+from schemas.settings import Settings
+from schemas.tables import Job
+
+pytestmark = pytest.mark.integration
+
+
+def queued_messages(settings: Settings) -> dict[str, list[dict[str, object]]]:
+    client = redis.Redis.from_url(settings.broker_url)
+    found = {name: [json.loads(m) for m in client.lrange(name, 0, -1)] for name in all_queues()}
+    return {name: messages for name, messages in found.items() if messages}
+
+
+def job_rows(settings: Settings) -> list[Job]:
+    engine = create_engine(settings.database_url)
+    with Session(engine) as session:
+        rows = list(session.scalars(select(Job)))
+    engine.dispose()
+    return rows
+
+
+def test_submit_records_a_queued_row_and_a_message_on_the_tier_queue(
+    integration_settings: Settings,
+) -> None:
+    with Client(integration_settings) as client:
+        handle = client.submit("Compare your two plans", tier="medium", priority="batch")
+    (row,) = job_rows(integration_settings)
+    assert row.id == handle.job_id
+    assert row.status == JobStatus.QUEUED
+    assert (row.tier, row.priority) == ("medium", "batch")
+    assert row.routing["reason"] == "explicit tier"
+    assert row.request["messages"][0]["content"] == "Compare your two plans"
+    messages = queued_messages(integration_settings)
+    assert list(messages) == ["llm.medium.batch"]
+    (message,) = messages["llm.medium.batch"]
+    assert message["content-type"] == "application/json"
+    assert message["headers"]["task"] == GENERATE_TASK  # type: ignore[index]
+    args, _kwargs, _embed = json.loads(base64.b64decode(message["body"]))  # type: ignore[arg-type]
+    assert args == [handle.job_id]
+
+
+def test_auto_tier_goes_to_the_default_tier_interactive_queue(
+    integration_settings: Settings,
+) -> None:
+    with Client(integration_settings) as client:
+        client.submit("hi")
+    assert list(queued_messages(integration_settings)) == ["llm.small.interactive"]
+    (row,) = job_rows(integration_settings)
+    assert row.routing["requested"] == "auto"
+
+
+def test_same_idempotency_key_returns_the_same_job_once(integration_settings: Settings) -> None:
+    with Client(integration_settings) as client:
+        first = client.submit("hi", idempotency_key="order-42")
+        second = client.submit("hi", idempotency_key="order-42")
+    assert first.job_id == second.job_id
+    assert len(job_rows(integration_settings)) == 1
+    assert sum(len(m) for m in queued_messages(integration_settings).values()) == 1
+
+
+@pytest.mark.parametrize(
+    ("request_", "options", "error", "problem"),
+    [
+        ({"messages": []}, {}, InvalidRequest, "messages"),
+        ("   ", {}, InvalidRequest, "must not be empty"),
+        ("hi", {"tier": "huge"}, InvalidRequest, "tier"),
+        ("hi", {"priority": "urgent"}, InvalidRequest, "priority"),
+        ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5000}, {}, PromptTooLong, "max_tokens"),
+        ({"messages": [{"role": "user", "content": "hi"}], "system_prompt": "nope"}, {}, InvalidRequest, "unknown system prompt"),
+    ],
+)
+def test_bad_requests_are_rejected_before_anything_is_written(
+    integration_settings: Settings,
+    request_: object,
+    options: dict[str, str],
+    error: type[Exception],
+    problem: str,
+) -> None:
+    with Client(integration_settings) as client, pytest.raises(error, match=problem):
+        client.submit(request_, **options)  # type: ignore[arg-type]
+    assert job_rows(integration_settings) == []
+    assert queued_messages(integration_settings) == {}
+
+
+def test_redis_unreachable_fails_fast_and_leaves_no_row(integration_settings: Settings) -> None:
+    unreachable = integration_settings.model_copy(update={"broker_url": "redis://127.0.0.1:1/0"})
+    with Client(unreachable) as client, pytest.raises(BrokerUnavailable, match="nothing was enqueued"):
+        client.submit("hi")
+    engine = create_engine(integration_settings.database_url)
+    with Session(engine) as session:
+        assert session.scalar(select(func.count()).select_from(Job)) == 0
+    engine.dispose()
