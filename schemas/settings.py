@@ -30,7 +30,10 @@ class TierConfig(BaseModel):
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
     quantization: str | None = Field(default=None, description="e.g. awq, gptq, fp8")
     max_model_len: int = Field(default=4096, ge=128)
-    gpu_memory_utilization: float = Field(default=0.4, gt=0.0, le=1.0)
+    gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
+    kv_cache_memory_gb: float | None = Field(
+        default=None, gt=0.0, description="Fixed KV-cache size; None: 2 GiB on CPU hosts"
+    )
     enforce_eager: bool | None = Field(default=None, description="None: eager on CPU only")
     concurrency: int = Field(default=16, ge=1, le=1024, description="Jobs a worker runs at once")
     max_job_seconds: int = Field(default=600, ge=1)

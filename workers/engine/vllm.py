@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 900.0
+CPU_KV_CACHE_GB = 2.0
 _END = object()
 
 
@@ -160,12 +161,18 @@ def engine_arguments(model_path: str, config: TierConfig) -> dict[str, Any]:
     if dtype == "auto" and on_cpu:
         dtype = "float32"  # ~4x faster than bfloat16 on CPUs without AMX
     enforce_eager = config.enforce_eager if config.enforce_eager is not None else on_cpu
+    kv_cache_gb = config.kv_cache_memory_gb
+    if kv_cache_gb is None and on_cpu:
+        # A fraction of host memory would reserve gigabytes a small model never uses
+        # and refuse to start beside a second engine.
+        kv_cache_gb = CPU_KV_CACHE_GB
     return {
         "model": model_path,
         "dtype": dtype,
         "quantization": config.quantization,
         "max_model_len": config.max_model_len,
         "gpu_memory_utilization": config.gpu_memory_utilization,
+        "kv_cache_memory_bytes": None if kv_cache_gb is None else int(kv_cache_gb * 2**30),
         "enforce_eager": enforce_eager,
         "enable_prefix_caching": True,
         "max_num_seqs": max(config.concurrency, 1),
