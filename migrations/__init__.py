@@ -26,7 +26,9 @@ def upgrade(database_url: str, revision: str = "head") -> None:
     try:
         command.upgrade(alembic_config(database_url), revision)
     except SQLAlchemyError as exc:
-        raise DatabaseUnavailable(f"database migration failed: {exc.__class__.__name__}: {exc}") from exc
+        raise DatabaseUnavailable(
+            f"database migration failed: {exc.__class__.__name__}: {exc}"
+        ) from exc
 
 
 def downgrade(database_url: str, revision: str) -> None:
@@ -34,4 +36,6 @@ def downgrade(database_url: str, revision: str) -> None:
     try:
         command.downgrade(alembic_config(database_url), revision)
     except SQLAlchemyError as exc:
-        raise DatabaseUnavailable(f"database migration failed: {exc.__class__.__name__}: {exc}") from exc
+        raise DatabaseUnavailable(
+            f"database migration failed: {exc.__class__.__name__}: {exc}"
+        ) from exc

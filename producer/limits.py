@@ -9,11 +9,15 @@ from __future__ import annotations
 import functools
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from schemas.errors import PromptTooLong
 from schemas.queues import Tier
 from schemas.requests import GenerationRequest
 from schemas.settings import Settings
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +52,7 @@ def estimate_prompt_tokens(request: GenerationRequest, model_dir: Path | None) -
 
 
 @functools.lru_cache(maxsize=8)
-def _load_tokenizer(model_dir: str) -> object | None:
+def _load_tokenizer(model_dir: str) -> Tokenizer | None:
     path = Path(model_dir) / "tokenizer.json"
     if not path.is_file():
         return None

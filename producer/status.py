@@ -35,7 +35,7 @@ def live_workers(client: redis.Redis) -> list[dict[str, Any]]:
     for key in client.scan_iter(match=f"{WORKER_KEY_PREFIX}*"):
         raw = client.hgetall(key)
         if raw:
-            workers.append({k.decode(): json.loads(v) for k, v in raw.items()})
+            workers.append({_text(k): json.loads(v) for k, v in raw.items()})
     return sorted(workers, key=lambda w: (str(w.get("tier")), str(w.get("worker_id"))))
 
 
@@ -60,3 +60,7 @@ def render_status(client: redis.Redis) -> str:
             f"{worker.get('in_flight', 0):>9}  {worker.get('concurrency', 0):>5}"
         )
     return "\n".join(lines)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -70,7 +70,9 @@ def _pubsub_seq(message: dict[str, Any] | None) -> tuple[int, Any] | None:
 
 
 def _remaining(deadline: float | None) -> float:
-    return IDLE_POLL_S if deadline is None else max(0.0, min(IDLE_POLL_S, deadline - time.monotonic()))
+    return (
+        IDLE_POLL_S if deadline is None else max(0.0, min(IDLE_POLL_S, deadline - time.monotonic()))
+    )
 
 
 def _check_deadline(deadline: float | None, job_id: str) -> None:
@@ -94,7 +96,7 @@ def read_events(
     seq = Sequencer(from_seq)
     log_key = event_log_key(job_id)
     try:
-        with client.pubsub() as pubsub:
+        with client.pubsub() as pubsub:  # type: ignore[no-untyped-call]
             pubsub.subscribe(event_channel(job_id))
             _await_subscribed(pubsub, deadline, job_id)
             yield from seq.take(client.lrange(log_key, seq.next_seq, -1), seq.next_seq)
@@ -166,7 +168,7 @@ async def aread_events(
     except redis.RedisError as exc:
         raise BrokerUnavailable(f"lost the stream of job {job_id}: {exc}") from exc
     finally:
-        await pubsub.aclose()
+        await pubsub.aclose()  # type: ignore[no-untyped-call]
 
 
 async def _aawait_subscribed(pubsub: Any, deadline: float | None, job_id: str) -> None:

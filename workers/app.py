@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from celery import Celery, Task
-from kombu import Queue
+from kombu.entity import Queue
 
 from schemas.queues import GENERATE_TASK, all_queues, celery_config
 from schemas.settings import Settings
@@ -31,7 +31,7 @@ def make_app(settings: Settings) -> LlmqCelery:
             broker_url=settings.broker_url, visibility_timeout_s=settings.visibility_timeout_s
         )
     )
-    app.conf.task_queues = [Queue(name, routing_key=name) for name in all_queues()]
+    app.conf.task_queues = [Queue(name, routing_key=name) for name in all_queues()]  # type: ignore[no-untyped-call]
     app.conf.broker_transport = TRANSPORT_PATH
     app.task(name=GENERATE_TASK, bind=True, acks_late=True)(generate_task)
     return app

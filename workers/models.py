@@ -79,7 +79,7 @@ def _convert_gguf(gguf: Path, out_dir: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     # The weights are dequantized in memory; without clearing the GGUF marker the
     # saved config claims a quantization the files no longer have.
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.save_pretrained(out_dir)

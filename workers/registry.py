@@ -81,4 +81,3 @@ class WorkerRegistration:
         pipe.hset(self._key, mapping={k: json.dumps(v) for k, v in fields.items()})
         pipe.expire(self._key, EXPIRY_S)
         pipe.execute()
-

@@ -85,14 +85,10 @@ def run_job(runtime: WorkerRuntime, job_id: str) -> None:
     )
 
 
-def generate(
-    runtime: WorkerRuntime, claimed: ClaimedJob, publisher: StreamPublisher
-) -> Generation:
+def generate(runtime: WorkerRuntime, claimed: ClaimedJob, publisher: StreamPublisher) -> Generation:
     """Stream the job's completion, publishing each chunk as it arrives."""
     request = _stored_request(claimed)
-    prompt_ids = runtime.engine.render_chat(
-        [message.model_dump() for message in request.messages]
-    )
+    prompt_ids = runtime.engine.render_chat([message.model_dump() for message in request.messages])
     _check_context(len(prompt_ids), request.max_tokens, runtime)
     options = SamplingOptions(
         max_tokens=request.max_tokens,

@@ -18,12 +18,12 @@ log = logging.getLogger(__name__)
 DROPPED_COUNTER = "llmq:stats:dropped_messages"
 
 
-class TolerantChannel(kombu_redis.Channel):  # type: ignore[misc]
+class TolerantChannel(kombu_redis.Channel):
     """Redis channel that drops undecodable queue entries instead of crashing."""
 
     def _brpop_read(self, **options: Any) -> bool:
         try:
-            return bool(super()._brpop_read(**options))
+            return bool(super()._brpop_read(**options))  # type: ignore[no-untyped-call]
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             # The entry was already popped; nothing else can be done with it.
             log.error("dropped a malformed queue entry (%s: %s)", exc.__class__.__name__, exc)
@@ -31,7 +31,7 @@ class TolerantChannel(kombu_redis.Channel):  # type: ignore[misc]
             return True
 
 
-class TolerantRedisTransport(kombu_redis.Transport):  # type: ignore[misc]
+class TolerantRedisTransport(kombu_redis.Transport):
     """kombu's Redis transport with :class:`TolerantChannel`."""
 
     Channel = TolerantChannel

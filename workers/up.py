@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 import redis
 
 from schemas.errors import BrokerUnavailable, EngineError
-from schemas.queues import Tier, WORKER_KEY_PREFIX
+from schemas.queues import WORKER_KEY_PREFIX, Tier
 from schemas.settings import Settings
 from workers.models import resolve_model
 

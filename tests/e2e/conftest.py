@@ -40,7 +40,16 @@ def worker(e2e_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> 
     }
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "producer.cli", "worker", "--tier", "small", "--concurrency", "8"],
+            [
+                sys.executable,
+                "-m",
+                "producer.cli",
+                "worker",
+                "--tier",
+                "small",
+                "--concurrency",
+                "8",
+            ],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -100,7 +101,18 @@ def test_garbage_on_the_queue_does_not_stop_the_worker(
 ) -> None:
     queue = redis.Redis.from_url(e2e_settings.broker_url)
     queue.lpush("llm.small.interactive", b"\x80not json at all")
-    queue.lpush("llm.small.interactive", b'{"body": "e30=", "content-type": "application/x-python-serialize", "content-encoding": "binary", "headers": {}, "properties": {"delivery_tag": "x", "body_encoding": "base64", "delivery_info": {"exchange": "", "routing_key": "llm.small.interactive"}}}')
+    pickled = {
+        "body": "e30=",
+        "content-type": "application/x-python-serialize",
+        "content-encoding": "binary",
+        "headers": {"task": "llmq.generate", "id": "x"},
+        "properties": {
+            "delivery_tag": "x",
+            "body_encoding": "base64",
+            "delivery_info": {"exchange": "", "routing_key": "llm.small.interactive"},
+        },
+    }
+    queue.lpush("llm.small.interactive", json.dumps(pickled))
     queue.lpush("llm.small.interactive", b'{"valid": "json", "but": "not a message"}')
     handle = client.submit(ask("Say hi."), tier="small")
     assert handle.result(timeout=120).text
@@ -115,7 +127,13 @@ def test_a_prompt_too_long_for_the_context_fails_with_a_clear_error(client: Clie
     # Bypass the producer's estimate so the worker's exact check is what answers.
     request = GenerationRequest.from_text("word " * 5000, max_tokens=8)
     decision = RoutingDecision(tier=Tier.SMALL, requested=Tier.SMALL, reason="test")
-    job, _ = insert_job(client._sessions, request=request, decision=decision, priority=Priority.INTERACTIVE, idempotency_key=None)  # noqa: SLF001
+    job, _ = insert_job(
+        client._sessions,
+        request=request,
+        decision=decision,
+        priority=Priority.INTERACTIVE,
+        idempotency_key=None,
+    )
     Enqueuer(client.settings).enqueue(job.id, tier=Tier.SMALL, priority=Priority.INTERACTIVE)
     with pytest.raises(JobFailed, match="exceeds the small tier's context window of 4096 tokens"):
         client.handle(job.id).result(timeout=120)

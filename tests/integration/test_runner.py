@@ -44,7 +44,9 @@ class ScriptedEngine:
     def render_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
         return [1] * sum(len(m["content"].split()) for m in messages)
 
-    def stream(self, prompt_token_ids: list[int], options: SamplingOptions, request_id: str) -> Iterator[Delta]:
+    def stream(
+        self, prompt_token_ids: list[int], options: SamplingOptions, request_id: str
+    ) -> Iterator[Delta]:
         self.seen.append(options)
         for index, chunk in enumerate(self.chunks):
             if self.fail and index == 1:
@@ -73,7 +75,13 @@ def runtime_for(settings: Settings, engine: ScriptedEngine) -> WorkerRuntime:
 def test_a_job_streams_in_order_and_records_its_outcome(integration_settings: Settings) -> None:
     engine = ScriptedEngine(["Hel", "lo", " there"])
     with Client(integration_settings) as client:
-        handle = client.submit({"messages": [{"role": "user", "content": "say hello"}], "max_tokens": 3, "temperature": 0})
+        handle = client.submit(
+            {
+                "messages": [{"role": "user", "content": "say hello"}],
+                "max_tokens": 3,
+                "temperature": 0,
+            }
+        )
         run_job(runtime_for(integration_settings, engine), handle.job_id)
         events = list(handle.events(timeout=10))
         assert [e.seq for e in events] == [0, 1, 2, 3]
@@ -100,7 +108,9 @@ def test_a_finished_job_is_not_run_again(integration_settings: Settings) -> None
         assert handle.result(timeout=5).text == "once"
 
 
-def test_engine_failure_becomes_an_error_event_and_a_failed_row(integration_settings: Settings) -> None:
+def test_engine_failure_becomes_an_error_event_and_a_failed_row(
+    integration_settings: Settings,
+) -> None:
     engine = ScriptedEngine(["a", "b", "c"], fail=True)
     with Client(integration_settings) as client:
         handle = client.submit("hi")
@@ -113,7 +123,12 @@ def test_engine_failure_becomes_an_error_event_and_a_failed_row(integration_sett
 def test_prompt_over_the_engine_context_fails_clearly(integration_settings: Settings) -> None:
     engine = ScriptedEngine(["x"], max_model_len=16)
     with Client(integration_settings) as client:
-        handle = client.submit({"messages": [{"role": "user", "content": "one two three four five six"}], "max_tokens": 12})
+        handle = client.submit(
+            {
+                "messages": [{"role": "user", "content": "one two three four five six"}],
+                "max_tokens": 12,
+            }
+        )
         run_job(runtime_for(integration_settings, engine), handle.job_id)
         events = list(handle.events(timeout=5))
     assert isinstance(events[-1], ErrorEvent)

@@ -80,8 +80,18 @@ def test_same_idempotency_key_returns_the_same_job_once(integration_settings: Se
         ("   ", {}, InvalidRequest, "must not be empty"),
         ("hi", {"tier": "huge"}, InvalidRequest, "tier"),
         ("hi", {"priority": "urgent"}, InvalidRequest, "priority"),
-        ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5000}, {}, PromptTooLong, "max_tokens"),
-        ({"messages": [{"role": "user", "content": "hi"}], "system_prompt": "nope"}, {}, InvalidRequest, "unknown system prompt"),
+        (
+            {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5000},
+            {},
+            PromptTooLong,
+            "max_tokens",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "hi"}], "system_prompt": "nope"},
+            {},
+            InvalidRequest,
+            "unknown system prompt",
+        ),
     ],
 )
 def test_bad_requests_are_rejected_before_anything_is_written(
@@ -99,7 +109,10 @@ def test_bad_requests_are_rejected_before_anything_is_written(
 
 def test_redis_unreachable_fails_fast_and_leaves_no_row(integration_settings: Settings) -> None:
     unreachable = integration_settings.model_copy(update={"broker_url": "redis://127.0.0.1:1/0"})
-    with Client(unreachable) as client, pytest.raises(BrokerUnavailable, match="nothing was enqueued"):
+    with (
+        Client(unreachable) as client,
+        pytest.raises(BrokerUnavailable, match="nothing was enqueued"),
+    ):
         client.submit("hi")
     engine = create_engine(integration_settings.database_url)
     with Session(engine) as session:

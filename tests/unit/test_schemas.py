@@ -3,7 +3,15 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from schemas.events import ErrorEvent, FinalEvent, Timings, TokenEvent, Usage, is_terminal, parse_event
+from schemas.events import (
+    ErrorEvent,
+    FinalEvent,
+    Timings,
+    TokenEvent,
+    Usage,
+    is_terminal,
+    parse_event,
+)
 from schemas.requests import EnqueueOptions, GenerationRequest
 
 
@@ -25,7 +33,10 @@ def test_minimal_request_gets_documented_defaults() -> None:
         ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, "greater than"),
         ({"messages": [{"role": "user", "content": "hi"}], "temperature": 5}, "less than"),
         ({"messages": [{"role": "user", "content": "hi"}], "tier": "large"}, "Extra inputs"),
-        ({"messages": [{"role": "user", "content": "hi"}], "system_prompt": "Bad Name!"}, "pattern"),
+        (
+            {"messages": [{"role": "user", "content": "hi"}], "system_prompt": "Bad Name!"},
+            "pattern",
+        ),
     ],
 )
 def test_bad_requests_name_the_problem(payload: dict[str, object], problem: str) -> None:

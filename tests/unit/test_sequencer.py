@@ -25,7 +25,11 @@ def test_starts_where_the_reader_asks() -> None:
 
 def test_stops_after_the_terminal_event() -> None:
     seq = Sequencer()
-    events = [*raw_tokens(0, 1), ErrorEvent(seq=1, message="x").model_dump_json(), *raw_tokens(2, 1)]
+    events = [
+        *raw_tokens(0, 1),
+        ErrorEvent(seq=1, message="x").model_dump_json(),
+        *raw_tokens(2, 1),
+    ]
     taken = seq.take(events, 0)
     assert [e.seq for e in taken] == [0, 1]
     assert seq.finished

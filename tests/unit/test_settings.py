@@ -22,7 +22,9 @@ def test_defaults_are_the_embedded_stack(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_environment_overrides_and_partial_tier_table(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LLMQ_BROKER_URL", "rediss://cache:6380/2")
-    monkeypatch.setenv("LLMQ_TIERS", json.dumps({"large": {"model": "org/big", "max_model_len": 8192}}))
+    monkeypatch.setenv(
+        "LLMQ_TIERS", json.dumps({"large": {"model": "org/big", "max_model_len": 8192}})
+    )
     settings = Settings.from_env()
     assert settings.broker_url == "rediss://cache:6380/2"
     assert settings.tier(Tier.LARGE).model == "org/big"

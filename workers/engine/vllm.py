@@ -128,7 +128,7 @@ class VllmEngine:
                 )
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - handed to the consuming thread, which raises
             deltas.put(exc)
         finally:
             deltas.put(_END)
@@ -145,7 +145,7 @@ class VllmEngine:
         if self._engine is not None:
             try:
                 self._engine.shutdown()
-            except Exception:  # noqa: BLE001 - best effort while stopping
+            except Exception:
                 log.warning("engine shutdown raised", exc_info=True)
             # Dropping the reference keeps AsyncLLM.__del__ from shutting down
             # a second time during interpreter teardown.
