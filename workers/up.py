@@ -7,18 +7,18 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from urllib.parse import urlparse
 
 import redis
 
 from schemas.errors import BrokerUnavailable, EngineError
-from schemas.queues import WORKER_KEY_PREFIX, Tier
+from schemas.queues import Tier
 from schemas.settings import Settings
 from workers.models import resolve_model
+from workers.supervise import start_worker_process, stop_process, wait_until_warm
 
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
-READY_TIMEOUT_S = 900.0
 
 
 def run_up(settings: Settings, *, tier: Tier, concurrency: int | None) -> int:
@@ -27,12 +27,12 @@ def run_up(settings: Settings, *, tier: Tier, concurrency: int | None) -> int:
         _run(["db", "upgrade"])
         say(f"database ready: {settings.database_url}")
         say(f"model ready: {resolve_model(settings.tier(tier).model, settings.bundled_model_dir)}")
-        command = [sys.executable, "-m", "producer.cli", "worker", "--tier", tier.value]
-        if concurrency:
-            command += ["--concurrency", str(concurrency)]
-        worker = subprocess.Popen(command)
+        worker = start_worker_process(settings, tier, concurrency=concurrency)
         try:
-            _wait_warm(redis.Redis.from_url(settings.broker_url), tier, worker)
+            say(
+                f"starting a {tier} worker; its engine loads and warms up (about a minute on a CPU)"
+            )
+            wait_until_warm(settings, tier, worker)
             say(f"llmq is up: one warm {tier} worker. Try:  llmq submit 'Where is my order?'")
             say("Ctrl-C stops everything.")
             return worker.wait()
@@ -40,7 +40,7 @@ def run_up(settings: Settings, *, tier: Tier, concurrency: int | None) -> int:
             say("stopping the worker (it finishes what it is running)...")
             return 0
         finally:
-            _stop(worker)
+            stop_process(worker)
 
 
 def say(message: str) -> None:
@@ -84,24 +84,10 @@ def _redis_answers(url: str) -> bool:
         return False
 
 
-def _wait_warm(client: redis.Redis, tier: Tier, worker: subprocess.Popen[bytes]) -> None:
-    say(f"starting a {tier} worker; the engine loads and warms up (about a minute on a CPU)")
-
-    def warm() -> bool:
-        if worker.poll() is not None:
-            raise EngineError(f"the worker exited with code {worker.returncode}")
-        for key in client.scan_iter(match=f"{WORKER_KEY_PREFIX}{tier.value}-{worker.pid}@*"):
-            if client.hget(key, "warm") == b"1":
-                return True
-        return False
-
-    _wait_for(warm, READY_TIMEOUT_S, "the worker did not become warm in time")
-
-
-def _wait_for(check: object, timeout: float, failure: str) -> None:
+def _wait_for(check: Callable[[], bool], timeout: float, failure: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
+        if check():
             return
         time.sleep(0.5)
     raise EngineError(failure)
@@ -109,13 +95,3 @@ def _wait_for(check: object, timeout: float, failure: str) -> None:
 
 def _run(args: list[str]) -> None:
     subprocess.run([sys.executable, "-m", "producer.cli", *args], check=True)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()

@@ -1,0 +1,1 @@
+"""``llmq bench``: side-by-side measurements, each printing one JSON object last."""

@@ -1,0 +1,65 @@
+"""``llmq bench ...``: each benchmark prints one JSON object as its last stdout line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from schemas.queues import Tier
+
+
+def register(commands: Any) -> None:
+    """Add ``llmq bench overhead`` and ``llmq bench batching``."""
+    bench = commands.add_parser("bench", help="side-by-side benchmarks (JSON on the last line)")
+    kinds = bench.add_subparsers(title="benchmarks", metavar="BENCH", required=True)
+
+    overhead = kinds.add_parser("overhead", help="TTFT: engine in-process vs the queue path")
+    _common(overhead)
+    overhead.add_argument("-n", "--samples", type=int, default=30, help="requests per path")
+    overhead.add_argument("--max-tokens", type=int, default=8)
+    overhead.set_defaults(handler=_overhead)
+
+    batching = kinds.add_parser("batching", help="tokens/s: direct 1 and N vs queued N")
+    _common(batching)
+    batching.add_argument("--concurrency", type=int, default=16)
+    batching.add_argument("--rounds", type=int, default=3)
+    batching.add_argument("--max-tokens", type=int, default=64)
+    batching.set_defaults(handler=_batching)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tier", default="small", choices=[t.value for t in Tier])
+    parser.add_argument("--json", action="store_true", help="print only the JSON result")
+
+
+def _overhead(args: argparse.Namespace) -> int:
+    from schemas.settings import Settings
+    from workers.bench.overhead import run_overhead
+
+    result = run_overhead(
+        Settings.from_env(), tier=Tier(args.tier), samples=args.samples, max_tokens=args.max_tokens
+    )
+    return _emit(result, args.json)
+
+
+def _batching(args: argparse.Namespace) -> int:
+    from schemas.settings import Settings
+    from workers.bench.batching import run_batching
+
+    result = run_batching(
+        Settings.from_env(),
+        tier=Tier(args.tier),
+        concurrency=args.concurrency,
+        rounds=args.rounds,
+        max_tokens=args.max_tokens,
+    )
+    return _emit(result, args.json)
+
+
+def _emit(result: dict[str, Any], only_json: bool) -> int:
+    if not only_json:
+        for key, value in result.items():
+            print(f"{key:>24}: {value}")
+    print(json.dumps(result))
+    return 0

@@ -1,0 +1,115 @@
+"""What every benchmark needs: a direct engine, a queued worker, and the same prompt for both."""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from producer.client import Client
+from schemas.queues import Tier
+from schemas.settings import Settings
+from workers.engine.base import SamplingOptions
+from workers.engine.vllm import VllmEngine
+from workers.models import resolve_model
+from workers.supervise import start_worker_process, stop_process, wait_until_warm
+
+BENCH_PROMPT = "What are your opening hours on weekends?"
+
+
+@dataclass
+class Rig:
+    """A direct in-process engine and a client talking to a worker on the same model."""
+
+    settings: Settings
+    engine: VllmEngine
+    client: Client
+    tier: Tier
+
+
+@contextlib.contextmanager
+def bench_rig(settings: Settings, tier: Tier, *, concurrency: int) -> Iterator[Rig]:
+    """Start both paths on ``tier``'s model; the worker runs as its own process.
+
+    The job database is a fresh SQLite file unless ``LLMQ_DATABASE_URL`` names another,
+    so a benchmark never mixes its rows with real ones.
+    """
+    import migrations
+
+    with tempfile.TemporaryDirectory(prefix="llmq-bench-") as scratch:
+        settings = _bench_settings(settings, Path(scratch))
+        migrations.upgrade(settings.database_url)
+        config = settings.tier(tier)
+        model_path = resolve_model(config.model, settings.bundled_model_dir)
+        log = (Path(scratch) / "worker.log").open("wb")
+        worker = start_worker_process(settings, tier, concurrency=concurrency, output=log)
+        engine = None
+        try:
+            engine = VllmEngine.start(model_path=model_path, config=config)
+            wait_until_warm(settings, tier, worker)
+            with Client(settings) as client:
+                yield Rig(settings=settings, engine=engine, client=client, tier=tier)
+        finally:
+            stop_process(worker)
+            if engine is not None:
+                engine.shutdown()
+            log.close()
+
+
+def _bench_settings(settings: Settings, scratch: Path) -> Settings:
+    if settings.database_url != Settings.model_fields["database_url"].default:
+        return settings
+    return settings.model_copy(update={"database_url": f"sqlite:///{scratch / 'bench.db'}"})
+
+
+def request_fields(max_tokens: int) -> dict[str, object]:
+    """The request both paths serve: same prompt, greedy, so outputs match."""
+    return {
+        "messages": [{"role": "user", "content": BENCH_PROMPT}],
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+    }
+
+
+def direct_options(max_tokens: int) -> SamplingOptions:
+    return SamplingOptions(max_tokens=max_tokens, temperature=0.0)
+
+
+def direct_ttft_ms(rig: Rig, request_id: str, max_tokens: int) -> float:
+    """Time to first text from calling the engine directly (prompt rendering included)."""
+    started = time.perf_counter()
+    prompt = rig.engine.render_chat([{"role": "user", "content": BENCH_PROMPT}])
+    ttft: float | None = None
+    # Run each request to its end, as the queued path does, so both start idle.
+    for delta in rig.engine.stream(prompt, direct_options(max_tokens), request_id):
+        if delta.text and ttft is None:
+            ttft = (time.perf_counter() - started) * 1000.0
+    if ttft is None:
+        raise RuntimeError("the engine produced no text")
+    return ttft
+
+
+def queued_ttft_ms(rig: Rig, max_tokens: int) -> float:
+    """Time to first text through submit → Redis → worker → pub/sub → client."""
+    started = time.perf_counter()
+    handle = rig.client.submit(request_fields(max_tokens), tier=rig.tier)
+    for _chunk in handle.stream(timeout=300):
+        ttft = (time.perf_counter() - started) * 1000.0
+        handle.result(timeout=300)  # drain, so the next sample starts on an idle engine
+        return ttft
+    raise RuntimeError("the job produced no text")
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0-100), interpolated."""
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[max(0, min(98, round(q) - 1))]
+
+
+def rounded(value: float) -> float:
+    return round(value, 2)

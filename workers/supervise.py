@@ -1,0 +1,71 @@
+"""Starting ``llmq worker`` as a child process and waiting until its engine is warm."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from typing import IO
+
+import redis
+
+from schemas.errors import EngineError
+from schemas.queues import WORKER_KEY_PREFIX, Tier
+from schemas.settings import Settings
+
+WARM_TIMEOUT_S = 900.0
+
+
+def start_worker_process(
+    settings: Settings,
+    tier: Tier,
+    *,
+    concurrency: int | None = None,
+    output: IO[bytes] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Run ``llmq worker --tier <tier>`` against ``settings``' broker and database."""
+    command = [sys.executable, "-m", "producer.cli", "worker", "--tier", tier.value]
+    if concurrency:
+        command += ["--concurrency", str(concurrency)]
+    env = {
+        **os.environ,
+        "LLMQ_BROKER_URL": settings.broker_url,
+        "LLMQ_DATABASE_URL": settings.database_url,
+    }
+    return subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
+
+
+def wait_until_warm(
+    settings: Settings,
+    tier: Tier,
+    process: subprocess.Popen[bytes],
+    *,
+    timeout: float = WARM_TIMEOUT_S,
+) -> str:
+    """Block until the worker reports warm; return its id. Raises ``EngineError``."""
+    client = redis.Redis.from_url(settings.broker_url)
+    pattern = f"{WORKER_KEY_PREFIX}{tier.value}-{process.pid}@*"
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise EngineError(f"the worker exited with code {process.returncode}")
+            for key in client.scan_iter(match=pattern):
+                if client.hget(key, "warm") == b"1":
+                    return str(key.decode()).removeprefix(WORKER_KEY_PREFIX)
+            time.sleep(0.25)
+    finally:
+        client.close()
+    raise EngineError(f"the worker was not warm after {timeout:.0f} s")
+
+
+def stop_process(process: subprocess.Popen[bytes], *, grace_s: float = 60.0) -> None:
+    """Ask politely (SIGTERM: finish running jobs), then insist."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
