@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from sqlalchemy import update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -12,6 +13,8 @@ from schemas.errors import DatabaseUnavailable
 from schemas.events import Timings, Usage
 from schemas.jobs import JobStatus
 from schemas.tables import Job, utcnow
+
+CLAIMABLE = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
 
 
 @dataclass(frozen=True)
@@ -27,28 +30,37 @@ class ClaimedJob:
 
 
 def claim_job(sessions: sessionmaker[Session], job_id: str, worker_id: str) -> ClaimedJob | None:
-    """Mark the job running on this worker; None if it does not exist or already ended."""
+    """Mark the job running on this worker; None if it does not exist or already ended.
+
+    One ``UPDATE ... RETURNING`` round trip: it sits on every job's path to its first token.
+    """
+    now = utcnow()
+    claim = (
+        update(Job)
+        .where(Job.id == job_id, Job.status.in_(CLAIMABLE))
+        .values(
+            status=JobStatus.RUNNING.value,
+            started_at=now,
+            worker_id=worker_id,
+            attempts=Job.attempts + 1,
+        )
+        .returning(Job.request, Job.tier, Job.created_at, Job.attempts)
+    )
     try:
         with sessions.begin() as session:
-            job = session.get(Job, job_id, with_for_update=True)
-            if job is None or JobStatus(job.status).is_final:
-                return None
-            now = utcnow()
-            job.status = JobStatus.RUNNING.value
-            job.started_at = now
-            job.worker_id = worker_id
-            job.attempts = (job.attempts or 0) + 1
-            job.queue_wait_ms = elapsed_ms(job.created_at, now)
-            return ClaimedJob(
-                id=job.id,
-                request=dict(job.request),
-                tier=job.tier,
-                created_at=_aware(job.created_at),
-                started_at=now,
-                attempt=job.attempts,
-            )
+            row = session.execute(claim).one_or_none()
     except SQLAlchemyError as exc:
         raise DatabaseUnavailable(f"could not claim job {job_id}: {exc}") from exc
+    if row is None:
+        return None
+    return ClaimedJob(
+        id=job_id,
+        request=dict(row.request),
+        tier=row.tier,
+        created_at=_aware(row.created_at),
+        started_at=now,
+        attempt=row.attempts,
+    )
 
 
 def finish_job(
@@ -66,6 +78,7 @@ def finish_job(
         if job is None or JobStatus(job.status).is_final:
             return
         job.status = JobStatus.DONE.value
+        job.queue_wait_ms = timings.queue_wait_ms
         job.output_text = text
         job.finish_reason = finish_reason
         job.prompt_tokens = usage.prompt_tokens

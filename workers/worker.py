@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 from dataclasses import dataclass
 
 import redis
@@ -44,6 +45,9 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
     Raises ``BrokerUnavailable`` if Redis is down and ``EngineError`` if the model
     cannot be loaded; in both cases before any message is taken.
     """
+    # Tokens hop from the engine's loop thread to task threads; a shorter GIL switch
+    # interval than the default 5 ms keeps that hop off the time to first token.
+    sys.setswitchinterval(0.0005)
     if options.gpu is not None:
         # Must be set before vLLM initialises CUDA in this process.
         os.environ["CUDA_VISIBLE_DEVICES"] = options.gpu

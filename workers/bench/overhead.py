@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+import time
 from typing import Any
 
 from schemas.queues import Tier
@@ -16,6 +17,9 @@ from workers.bench.harness import (
 )
 
 WARMUP_ROUNDS = 3
+# Both paths start each sample from an idle machine: the previous job's tail work
+# (acks, row updates) must not be billed to the next request.
+SETTLE_S = 0.05
 
 
 def run_overhead(
@@ -30,7 +34,9 @@ def run_overhead(
     queued: list[float] = []
     with bench_rig(settings, tier, concurrency=4) as rig:
         for index in range(WARMUP_ROUNDS + samples):
+            time.sleep(SETTLE_S)
             d = direct_ttft_ms(rig, f"bench-direct-{index}", max_tokens)
+            time.sleep(SETTLE_S)
             q = queued_ttft_ms(rig, max_tokens)
             if index >= WARMUP_ROUNDS:
                 direct.append(d)
