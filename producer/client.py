@@ -17,6 +17,7 @@ from schemas.db import make_engine, make_sessions
 from schemas.errors import BrokerUnavailable, JobFailed
 from schemas.events import ErrorEvent, FinalEvent, TokenEvent
 from schemas.jobs import JobResult, JobStatus
+from schemas.prompt_registry import PromptCatalog
 from schemas.queues import Priority, Tier
 from schemas.settings import Settings
 
@@ -36,6 +37,7 @@ class Client:
         self._db = db_engine or make_engine(settings.database_url)
         self._sessions: sessionmaker[Session] = make_sessions(self._db)
         self._enqueuer = Enqueuer(settings)
+        self._prompts = PromptCatalog(settings.prompts_dir)
 
     @classmethod
     def from_env(cls) -> Client:
@@ -64,6 +66,7 @@ class Client:
             priority=str(priority),
             idempotency_key=idempotency_key,
             settings=self.settings,
+            prompts=self._prompts.registry,
         )
         job, created = insert_job(
             self._sessions,
@@ -81,6 +84,10 @@ class Client:
                 delete_job(self._sessions, job.id)
                 raise
         return JobHandle(self, job.id, Tier(job.tier), Priority(job.priority))
+
+    def reload_prompts(self) -> bool:
+        """Re-read the prompts folders (a new version was deployed); True if any changed."""
+        return self._prompts.reload()
 
     def handle(self, job_id: str) -> JobHandle:
         """A handle on an existing job; raises ``JobNotFound``."""

@@ -25,7 +25,9 @@ log = logging.getLogger(__name__)
 TEMPLATE_TOKENS_PER_MESSAGE = 5
 
 
-def check_fits(request: GenerationRequest, *, tier: Tier, settings: Settings) -> None:
+def check_fits(
+    request: GenerationRequest, *, tier: Tier, settings: Settings, system_text: str | None = None
+) -> None:
     """Raise ``PromptTooLong`` if ``request`` cannot fit the tier's context window."""
     context = settings.tier(tier).max_model_len
     if request.max_tokens >= context:
@@ -33,7 +35,7 @@ def check_fits(request: GenerationRequest, *, tier: Tier, settings: Settings) ->
             f"max_tokens={request.max_tokens} does not fit the {tier} tier's context "
             f"window of {context} tokens"
         )
-    prompt_tokens = estimate_prompt_tokens(request, settings.model_dir(tier))
+    prompt_tokens = estimate_prompt_tokens(request, settings.model_dir(tier), system_text)
     if prompt_tokens is not None and prompt_tokens + request.max_tokens > context:
         raise PromptTooLong(
             f"the prompt is about {prompt_tokens} tokens; with max_tokens={request.max_tokens} "
@@ -41,12 +43,16 @@ def check_fits(request: GenerationRequest, *, tier: Tier, settings: Settings) ->
         )
 
 
-def estimate_prompt_tokens(request: GenerationRequest, model_dir: Path | None) -> int | None:
+def estimate_prompt_tokens(
+    request: GenerationRequest, model_dir: Path | None, system_text: str | None = None
+) -> int | None:
     """Token count of the request's messages, or None if the tokenizer is not on this host."""
     tokenizer = _load_tokenizer(str(model_dir)) if model_dir is not None else None
     if tokenizer is None:
         return None
     contents = [message.content for message in request.messages]
+    if system_text is not None:
+        contents.append(system_text)
     encoded = tokenizer.encode_batch(contents, add_special_tokens=False)
     return sum(len(item.ids) for item in encoded) + TEMPLATE_TOKENS_PER_MESSAGE * len(contents)
 

@@ -52,14 +52,24 @@ def render_status(client: redis.Redis) -> str:
     if not workers:
         lines.append("no workers running (start one with: llmq worker --tier small)")
         return "\n".join(lines)
-    lines.append("WORKER                              TIER    ENGINE  IN-FLIGHT  SLOTS")
+    lines.append(
+        "WORKER                              TIER    ENGINE  IN-FLIGHT  SLOTS  PREFIX HITS"
+    )
     for worker in workers:
         engine = "warm" if worker.get("warm") else "warming"
         lines.append(
             f"{worker.get('worker_id', '?'):<35} {worker.get('tier', '?'):<7} {engine:<7} "
-            f"{worker.get('in_flight', 0):>9}  {worker.get('concurrency', 0):>5}"
+            f"{worker.get('in_flight', 0):>9}  {worker.get('concurrency', 0):>5}  "
+            f"{_hits(worker)}"
         )
     return "\n".join(lines)
+
+
+def _hits(worker: dict[str, Any]) -> str:
+    requests = worker.get("system_prompt_requests") or 0
+    if not requests:
+        return "-"
+    return f"{worker.get('system_prompt_hits', 0)}/{requests}"
 
 
 def _text(value: bytes | str) -> str:

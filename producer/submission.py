@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from producer.limits import check_fits
 from producer.routing import route
 from schemas.errors import InvalidRequest
+from schemas.prompt_registry import PromptRegistry
 from schemas.requests import EnqueueOptions, GenerationRequest, RoutingDecision
 from schemas.settings import Settings
 
@@ -33,18 +34,25 @@ def prepare_submission(
     priority: str,
     idempotency_key: str | None,
     settings: Settings,
+    prompts: PromptRegistry,
 ) -> Submission:
-    """Validate and route; raises ``InvalidRequest`` (or ``PromptTooLong``) naming the problem."""
+    """Validate, route and pin the system prompt's version.
+
+    Raises ``InvalidRequest`` (``UnknownPrompt``, ``PromptTooLong``) naming the problem.
+    """
     parsed = parse_request(request)
     options = _validate(
         EnqueueOptions,
         {"tier": tier, "priority": priority, "idempotency_key": idempotency_key},
         "enqueue options",
     )
-    if parsed.system_prompt is not None:
-        raise InvalidRequest(f"unknown system prompt {parsed.system_prompt!r}: none are registered")
     decision = route(parsed, requested=options.tier, settings=settings)
-    check_fits(parsed, tier=decision.tier, settings=settings)
+    system_text = None
+    if parsed.system_prompt is not None:
+        prompt = prompts.resolve(parsed.system_prompt, tier=decision.tier)
+        parsed = parsed.model_copy(update={"system_prompt": prompt.ref})
+        system_text = prompt.text
+    check_fits(parsed, tier=decision.tier, settings=settings, system_text=system_text)
     return Submission(request=parsed, options=options, decision=decision)
 
 

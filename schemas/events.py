@@ -18,6 +18,7 @@ class Usage(BaseModel):
 
     prompt_tokens: int = Field(ge=0)
     completion_tokens: int = Field(ge=0)
+    cached_prompt_tokens: int = Field(default=0, ge=0)
 
 
 class Timings(BaseModel):

@@ -55,6 +55,8 @@ class Settings(BaseSettings):
     tiers_file: Path | None = None
     model_cache_dir: Path = Path("~/.cache/llmq").expanduser()
     replay_ttl_s: int = Field(default=24 * 3600, ge=1)
+    prompts_dir: Path | None = None
+    prefill_interval_s: float = Field(default=300.0, gt=0)
     log_level: str = "INFO"
 
     @field_validator("tiers", mode="after")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Float, Index, Integer, MetaData, String, Text
+from sqlalchemy import JSON, Boolean, DateTime, Float, Index, Integer, MetaData, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING_CONVENTION = {
@@ -40,6 +40,8 @@ class Job(Base):
     request: Mapped[dict[str, Any]] = mapped_column(JSON)
     prompt_tokens: Mapped[int | None] = mapped_column(Integer)
     completion_tokens: Mapped[int | None] = mapped_column(Integer)
+    cached_prompt_tokens: Mapped[int | None] = mapped_column(Integer)
+    engine_warm: Mapped[bool | None] = mapped_column(Boolean)
     output_text: Mapped[str | None] = mapped_column(Text)
     finish_reason: Mapped[str | None] = mapped_column(String(32))
     queue_wait_ms: Mapped[float | None] = mapped_column(Float)

@@ -29,7 +29,9 @@ class ClaimedJob:
     attempt: int
 
 
-def claim_job(sessions: sessionmaker[Session], job_id: str, worker_id: str) -> ClaimedJob | None:
+def claim_job(
+    sessions: sessionmaker[Session], job_id: str, worker_id: str, *, engine_warm: bool = True
+) -> ClaimedJob | None:
     """Mark the job running on this worker; None if it does not exist or already ended.
 
     One ``UPDATE ... RETURNING`` round trip: it sits on every job's path to its first token.
@@ -42,6 +44,7 @@ def claim_job(sessions: sessionmaker[Session], job_id: str, worker_id: str) -> C
             status=JobStatus.RUNNING.value,
             started_at=now,
             worker_id=worker_id,
+            engine_warm=engine_warm,
             attempts=Job.attempts + 1,
         )
         .returning(Job.request, Job.tier, Job.created_at, Job.attempts)
@@ -83,6 +86,7 @@ def finish_job(
         job.finish_reason = finish_reason
         job.prompt_tokens = usage.prompt_tokens
         job.completion_tokens = usage.completion_tokens
+        job.cached_prompt_tokens = usage.cached_prompt_tokens
         job.ttft_ms = timings.ttft_ms
         job.total_ms = timings.total_ms
         job.finished_at = utcnow()

@@ -35,6 +35,7 @@ class WorkerRegistration:
         self._redis = client
         self._key = worker_key(worker_id)
         self._in_flight = in_flight
+        self._stats: Callable[[], dict[str, Any]] | None = None
         self._stop = threading.Event()
         self._fields: dict[str, Any] = {
             "worker_id": worker_id,
@@ -45,9 +46,12 @@ class WorkerRegistration:
         }
         self._thread = threading.Thread(target=self._beat, name="llmq-heartbeat", daemon=True)
 
-    def track(self, in_flight: Callable[[], int]) -> None:
-        """Report load from ``in_flight`` (the engine, once it exists)."""
+    def track(
+        self, in_flight: Callable[[], int], stats: Callable[[], dict[str, Any]] | None = None
+    ) -> None:
+        """Report load from ``in_flight`` and figures from ``stats`` (once the engine exists)."""
         self._in_flight = in_flight
+        self._stats = stats
 
     def announce(self) -> None:
         """Publish the entry (cold) and start the heartbeat."""
@@ -76,7 +80,13 @@ class WorkerRegistration:
                 log.warning("heartbeat failed; retrying", exc_info=True)
 
     def _write(self) -> None:
-        fields = {**self._fields, "in_flight": self._in_flight(), "seen_at": time.time()}
+        stats = self._stats() if self._stats is not None else {}
+        fields = {
+            **self._fields,
+            **stats,
+            "in_flight": self._in_flight(),
+            "seen_at": time.time(),
+        }
         pipe = self._redis.pipeline(transaction=False)
         pipe.hset(self._key, mapping={k: json.dumps(v) for k, v in fields.items()})
         pipe.expire(self._key, EXPIRY_S)

@@ -29,6 +29,7 @@ class Generation:
 
     text_parts: list[str] = field(default_factory=list)
     prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
     completion_tokens: int = 0
     finish_reason: str | None = None
     ttft_ms: float | None = None
@@ -44,7 +45,9 @@ def run_job(runtime: WorkerRuntime, job_id: str) -> None:
     A missing or already finished job is skipped. A failure becomes a failed row
     and an error event naming the problem, and the worker goes on serving.
     """
-    claimed = claim_job(runtime.sessions, job_id, runtime.worker_id)
+    claimed = claim_job(
+        runtime.sessions, job_id, runtime.worker_id, engine_warm=runtime.warm.is_set()
+    )
     if claimed is None:
         log.info("job %s is unknown or already finished; skipping", job_id)
         return
@@ -66,7 +69,9 @@ def run_job(runtime: WorkerRuntime, job_id: str) -> None:
         total_ms=elapsed_ms(claimed.created_at, utcnow()),
     )
     usage = Usage(
-        prompt_tokens=generation.prompt_tokens, completion_tokens=generation.completion_tokens
+        prompt_tokens=generation.prompt_tokens,
+        completion_tokens=generation.completion_tokens,
+        cached_prompt_tokens=generation.cached_prompt_tokens,
     )
     finish_job(
         runtime.sessions,
@@ -88,7 +93,7 @@ def run_job(runtime: WorkerRuntime, job_id: str) -> None:
 def generate(runtime: WorkerRuntime, claimed: ClaimedJob, publisher: StreamPublisher) -> Generation:
     """Stream the job's completion, publishing each chunk as it arrives."""
     request = _stored_request(claimed)
-    prompt_ids = runtime.engine.render_chat([message.model_dump() for message in request.messages])
+    prompt_ids = runtime.engine.render_chat(chat_messages(request, runtime))
     _check_context(len(prompt_ids), request.max_tokens, runtime)
     options = SamplingOptions(
         max_tokens=request.max_tokens,
@@ -108,9 +113,29 @@ def generate(runtime: WorkerRuntime, claimed: ClaimedJob, publisher: StreamPubli
                 generation.ttft_ms = claim_offset_ms + (time.monotonic() - started) * 1000.0
             generation.text_parts.append(delta.text)
             publisher.token(delta.text)
+        if delta.cached_tokens is not None:
+            generation.cached_prompt_tokens = delta.cached_tokens
         generation.completion_tokens = delta.completion_tokens
         generation.finish_reason = delta.finish_reason or generation.finish_reason
+    runtime.prefix_stats.record(
+        prompt_tokens=generation.prompt_tokens,
+        cached_tokens=generation.cached_prompt_tokens,
+        system_prompt=request.system_prompt,
+    )
     return generation
+
+
+def chat_messages(request: GenerationRequest, runtime: WorkerRuntime) -> list[dict[str, str]]:
+    """The conversation as the model sees it: the registered system prompt, then the turns.
+
+    The system prompt's text comes from the registry file byte for byte, so its tokens,
+    and so its cached prefix, are the same for every request that names it.
+    """
+    messages = [message.model_dump() for message in request.messages]
+    if request.system_prompt is None:
+        return messages
+    prompt = runtime.prompts.registry.resolve(request.system_prompt, tier=runtime.tier)
+    return [{"role": "system", "content": prompt.text}, *messages]
 
 
 def _stored_request(claimed: ClaimedJob) -> GenerationRequest:

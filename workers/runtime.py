@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 
 import redis
 from sqlalchemy.orm import Session, sessionmaker
 
+from schemas.prompt_registry import PromptCatalog
 from schemas.queues import Tier
 from schemas.settings import Settings
 from workers.engine.base import Engine
+from workers.prefix import PrefixCacheStats
 
 
 @dataclass(frozen=True)
@@ -22,3 +25,6 @@ class WorkerRuntime:
     engine: Engine
     redis: redis.Redis
     sessions: sessionmaker[Session]
+    prompts: PromptCatalog
+    prefix_stats: PrefixCacheStats = field(default_factory=PrefixCacheStats)
+    warm: threading.Event = field(default_factory=threading.Event)

@@ -1,4 +1,9 @@
-"""Warming an engine before its worker takes work, so no user meets a cold first token."""
+"""Warming an engine before its worker takes work, and keeping it warm.
+
+Warm means two things: the engine has run real generations (one-time costs paid),
+and every registered system prompt of the tier sits in the prefix cache, so the
+first request that uses one is a cache hit.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +11,17 @@ import logging
 import threading
 import time
 
+from schemas.prompt_registry import PromptCatalog, SystemPrompt
+from schemas.queues import Tier
 from workers.engine.base import Engine, SamplingOptions
+from workers.prefix import PrefixCacheStats
 
 log = logging.getLogger(__name__)
 
 WARMUP_PROMPTS = ("Hello!", "What are your opening hours?")
 WARMUP_TOKENS = 8
+PREFILL_USER_TURN = "Hi."
+CHECK_EVERY_S = 10.0
 
 
 def warm_up(engine: Engine, *, concurrency: int = 2) -> float:
@@ -21,11 +31,16 @@ def warm_up(engine: Engine, *, concurrency: int = 2) -> float:
     pass exercises the batched path the worker will use under load.
     """
     started = time.monotonic()
-    _generate(engine, WARMUP_PROMPTS[0], "warmup-single")
+    _generate(engine, [{"role": "user", "content": WARMUP_PROMPTS[0]}], "warmup-single", 8)
     threads = [
         threading.Thread(
             target=_generate,
-            args=(engine, WARMUP_PROMPTS[i % len(WARMUP_PROMPTS)], f"warmup-batch-{i}"),
+            args=(
+                engine,
+                [{"role": "user", "content": WARMUP_PROMPTS[i % len(WARMUP_PROMPTS)]}],
+                f"warmup-batch-{i}",
+                WARMUP_TOKENS,
+            ),
         )
         for i in range(concurrency)
     ]
@@ -38,8 +53,85 @@ def warm_up(engine: Engine, *, concurrency: int = 2) -> float:
     return spent
 
 
-def _generate(engine: Engine, text: str, request_id: str) -> None:
-    prompt = engine.render_chat([{"role": "user", "content": text}])
-    options = SamplingOptions(max_tokens=WARMUP_TOKENS, temperature=0.0)
+def prefill_prompts(engine: Engine, prompts: list[SystemPrompt]) -> dict[str, int]:
+    """Put each prompt's prefix in the prefix cache; return its length in tokens by ref.
+
+    The prefix is rendered exactly as a request renders it (system turn first), so a
+    request's prompt starts with the same token blocks and finds them cached.
+    """
+    prefixes: dict[str, int] = {}
+    for prompt in prompts:
+        system = [{"role": "system", "content": prompt.text}]
+        prefixes[prompt.ref] = len(engine.render_chat(system))
+        started = time.monotonic()
+        messages = [*system, {"role": "user", "content": PREFILL_USER_TURN}]
+        _generate(engine, messages, f"prefill-{prompt.ref}-{time.time_ns()}", 1)
+        log.info(
+            "prefilled %s (%d tokens) in %.1f s",
+            prompt.ref,
+            prefixes[prompt.ref],
+            time.monotonic() - started,
+        )
+    return prefixes
+
+
+def _generate(engine: Engine, messages: list[dict[str, str]], request_id: str, tokens: int) -> None:
+    prompt = engine.render_chat(messages)
+    options = SamplingOptions(max_tokens=tokens, temperature=0.0)
     for _ in engine.stream(prompt, options, request_id):
         pass
+
+
+class KeepWarm:
+    """Re-prefills registered prompts when they change, on a timer, and after an eviction."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        catalog: PromptCatalog,
+        stats: PrefixCacheStats,
+        *,
+        tier: Tier,
+        interval_s: float,
+    ) -> None:
+        self._engine = engine
+        self._catalog = catalog
+        self._stats = stats
+        self._tier = tier
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._last_prefill = time.monotonic()
+        self._thread = threading.Thread(target=self._loop, name="llmq-keep-warm", daemon=True)
+        self.refills = 0
+
+    def prefill_now(self) -> None:
+        """Prefill every prompt of the tier and record their prefix lengths."""
+        prefixes = prefill_prompts(self._engine, self._catalog.registry.for_tier(self._tier))
+        self._stats.set_prefixes(prefixes)
+        self._last_prefill = time.monotonic()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(CHECK_EVERY_S):
+            try:
+                reason = self._due()
+                if reason:
+                    log.info("re-prefilling system prompts: %s", reason)
+                    self.prefill_now()
+                    self.refills += 1
+            except Exception:
+                log.exception("keep-warm pass failed; trying again later")
+
+    def _due(self) -> str | None:
+        if self._catalog.reload():
+            return "the prompt registry changed"
+        if self._stats.eviction_suspected.is_set():
+            return "a registered prompt missed the prefix cache"
+        if time.monotonic() - self._last_prefill >= self._interval_s:
+            return "periodic refresh"
+        return None

@@ -12,6 +12,7 @@ import redis
 
 from schemas.db import make_engine, make_sessions
 from schemas.errors import BrokerUnavailable
+from schemas.prompt_registry import PromptCatalog
 from schemas.queues import Tier, tier_queues
 from schemas.settings import Settings
 from workers.app import make_app
@@ -19,7 +20,7 @@ from workers.engine.vllm import VllmEngine
 from workers.models import resolve_model
 from workers.registry import WorkerRegistration
 from workers.runtime import WorkerRuntime
-from workers.warmup import warm_up
+from workers.warmup import KeepWarm, warm_up
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +64,10 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
     registration.announce()  # visible as "warming" while the model loads
     db = make_engine(settings.database_url)
     engine: VllmEngine | None = None
+    keep_warm: KeepWarm | None = None
     try:
         model_path = resolve_model(tier_config.model, settings.bundled_model_dir)
         engine = VllmEngine.start(model_path=model_path, config=tier_config)
-        registration.track(engine.in_flight)
-        warm_up(engine, concurrency=min(concurrency, 4))
         runtime = WorkerRuntime(
             settings=settings,
             tier=options.tier,
@@ -75,10 +75,26 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
             engine=engine,
             redis=client,
             sessions=make_sessions(db),
+            prompts=PromptCatalog(settings.prompts_dir),
         )
+        registration.track(engine.in_flight, runtime.prefix_stats.snapshot)
+        warm_up(engine, concurrency=min(concurrency, 4))
+        keep_warm = KeepWarm(
+            engine,
+            runtime.prompts,
+            runtime.prefix_stats,
+            tier=options.tier,
+            interval_s=settings.prefill_interval_s,
+        )
+        keep_warm.prefill_now()
+        # Only now is the worker warm: it starts consuming right after this.
+        runtime.warm.set()
         registration.mark_warm()
+        keep_warm.start()
         return _consume(runtime, options, concurrency)
     finally:
+        if keep_warm is not None:
+            keep_warm.stop()
         registration.withdraw()
         if engine is not None:
             engine.shutdown()

@@ -19,6 +19,7 @@ from schemas.db import make_engine, make_sessions
 from schemas.errors import EngineError, JobFailed
 from schemas.events import ErrorEvent, FinalEvent, TokenEvent
 from schemas.jobs import JobStatus
+from schemas.prompt_registry import PromptCatalog
 from schemas.queues import Tier, event_log_key
 from schemas.settings import Settings
 from workers.engine.base import Delta, SamplingOptions
@@ -36,12 +37,14 @@ class ScriptedEngine:
         self._max_model_len = max_model_len
         self.fail = fail
         self.seen: list[SamplingOptions] = []
+        self.rendered: list[list[dict[str, str]]] = []
 
     @property
     def max_model_len(self) -> int:
         return self._max_model_len
 
     def render_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        self.rendered.append(list(messages))
         return [1] * sum(len(m["content"].split()) for m in messages)
 
     def stream(
@@ -69,6 +72,7 @@ def runtime_for(settings: Settings, engine: ScriptedEngine) -> WorkerRuntime:
         engine=engine,
         redis=redis.Redis.from_url(settings.broker_url),
         sessions=make_sessions(make_engine(settings.database_url)),
+        prompts=PromptCatalog(settings.prompts_dir),
     )
 
 
@@ -184,3 +188,21 @@ def test_the_async_client_streams_the_same_events(integration_settings: Settings
     chunks, text = asyncio.run(scenario())
     assert chunks == ["as", "ync"]
     assert text == "async"
+
+
+def test_the_registered_system_prompt_comes_first_byte_for_byte(
+    integration_settings: Settings,
+) -> None:
+    engine = ScriptedEngine(["ok"], max_model_len=8192)
+    runtime = runtime_for(integration_settings, engine)
+    request = {"messages": [{"role": "user", "content": "Where is my order?"}], "max_tokens": 4}
+    with Client(integration_settings) as client:
+        handle = client.submit({**request, "system_prompt": "support"})
+        run_job(runtime, handle.job_id)
+        assert handle.result(timeout=5).text == "ok"
+    system, user = engine.rendered[0]
+    assert system == {
+        "role": "system",
+        "content": runtime.prompts.registry.resolve("support@1").text,
+    }
+    assert user == {"role": "user", "content": "Where is my order?"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 
 import pytest
 import redis
@@ -13,8 +14,8 @@ from sqlalchemy.orm import Session
 from producer.client import Client
 from schemas.errors import BrokerUnavailable, InvalidRequest, PromptTooLong
 from schemas.jobs import JobStatus
-from schemas.queues import GENERATE_TASK, all_queues
-from schemas.settings import Settings
+from schemas.queues import GENERATE_TASK, Tier, all_queues
+from schemas.settings import Settings, TierConfig
 from schemas.tables import Job
 
 pytestmark = pytest.mark.integration
@@ -118,3 +119,24 @@ def test_redis_unreachable_fails_fast_and_leaves_no_row(integration_settings: Se
     with Session(engine) as session:
         assert session.scalar(select(func.count()).select_from(Job)) == 0
     engine.dispose()
+
+
+def test_a_named_system_prompt_is_pinned_to_its_version(integration_settings: Settings) -> None:
+    with Client(integration_settings) as client:
+        client.submit({"messages": [{"role": "user", "content": "hi"}], "system_prompt": "support"})
+    (row,) = job_rows(integration_settings)
+    assert row.request["system_prompt"] == "support@1"
+
+
+def test_a_system_prompt_too_long_for_the_tier_is_refused_at_submit(
+    integration_settings: Settings, tmp_path: Path
+) -> None:
+    from tests.unit.test_submission import word_tokenizer_dir
+
+    tier = TierConfig(model=str(word_tokenizer_dir(tmp_path)), max_model_len=1024)
+    settings = integration_settings.model_copy(update={"tiers": {Tier.SMALL: tier}})
+    request = {"messages": [{"role": "user", "content": "hi"}], "system_prompt": "support"}
+    with Client(settings) as client, pytest.raises(PromptTooLong, match="context window of 1024"):
+        client.submit(request, tier="small")
+    assert job_rows(integration_settings) == []
+    assert queued_messages(integration_settings) == {}

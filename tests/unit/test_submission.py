@@ -7,6 +7,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 
 from producer.submission import prepare_submission
 from schemas.errors import InvalidRequest, PromptTooLong
+from schemas.prompt_registry import PromptRegistry
 from schemas.queues import Tier
 from schemas.settings import Settings, TierConfig
 
@@ -31,6 +32,7 @@ def prepare(request: object, settings: Settings, **options: str) -> object:
         priority=options.get("priority", "interactive"),
         idempotency_key=None,
         settings=settings,
+        prompts=PromptRegistry.load(),
     )
 
 

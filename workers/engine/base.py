@@ -26,6 +26,8 @@ class Delta:
     completion_tokens: int
     finished: bool
     finish_reason: str | None = None
+    cached_tokens: int | None = None
+    """Prompt tokens the engine took from its prefix cache (known from the first delta)."""
 
 
 class Engine(Protocol):

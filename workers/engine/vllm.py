@@ -124,6 +124,7 @@ class VllmEngine:
                         completion_tokens=completion_tokens,
                         finished=output.finished,
                         finish_reason=completion.finish_reason,
+                        cached_tokens=output.num_cached_tokens,
                     )
                 )
         except asyncio.CancelledError:

@@ -1,0 +1,126 @@
+"""Registered system prompts, by name and version.
+
+A prompt is a file ``<name>@<version>.txt``. Files directly in a prompts folder serve
+every tier; files in a ``<tier>/`` subfolder serve only that tier. The bundled folder
+(``schemas/prompts``) is always loaded; a deployment adds its own with
+``LLMQ_PROMPTS_DIR``. A request names ``support`` (newest version) or ``support@3``;
+the producer pins the exact version on the job, and the worker renders that file's
+text byte for byte, so every request of a prompt shares one cached prefix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from schemas.errors import ConfigError, InvalidRequest
+from schemas.queues import Tier
+
+BUNDLED_PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
+FILE_PATTERN = re.compile(r"^(?P<name>[a-z0-9][a-z0-9_-]*)@(?P<version>[0-9]+)\.txt$")
+
+
+class UnknownPrompt(InvalidRequest):
+    """The request names a system prompt that is not registered (for its tier)."""
+
+
+@dataclass(frozen=True)
+class SystemPrompt:
+    """One version of a registered system prompt."""
+
+    name: str
+    version: int
+    text: str
+    tiers: frozenset[Tier]
+
+    @property
+    def ref(self) -> str:
+        """``name@version``, the pinned reference stored on a job."""
+        return f"{self.name}@{self.version}"
+
+
+class PromptRegistry:
+    """Every registered prompt; immutable once loaded."""
+
+    def __init__(self, prompts: Iterable[SystemPrompt]) -> None:
+        self._by_ref: dict[str, SystemPrompt] = {}
+        for prompt in prompts:
+            known = self._by_ref.get(prompt.ref)
+            if known is not None and known.text != prompt.text:
+                raise ConfigError(f"system prompt {prompt.ref} is defined twice, differently")
+            self._by_ref[prompt.ref] = prompt
+
+    @classmethod
+    def load(cls, extra_dir: Path | None = None) -> PromptRegistry:
+        """The bundled prompts plus those in ``extra_dir``; raises ``ConfigError``."""
+        folders = [BUNDLED_PROMPTS_DIR] + ([extra_dir.expanduser()] if extra_dir else [])
+        return cls(prompt for folder in folders for prompt in _read_folder(folder))
+
+    def resolve(self, name: str, *, tier: Tier | None = None) -> SystemPrompt:
+        """The prompt ``name`` (newest version) or ``name@version``; raises ``UnknownPrompt``."""
+        base, _, version = name.partition("@")
+        candidates = [
+            prompt
+            for prompt in self._by_ref.values()
+            if prompt.name == base
+            and (not version or str(prompt.version) == version)
+            and (tier is None or tier in prompt.tiers)
+        ]
+        if not candidates:
+            where = f" for the {tier} tier" if tier else ""
+            known = ", ".join(sorted(self._by_ref)) or "none"
+            raise UnknownPrompt(f"unknown system prompt {name!r}{where} (registered: {known})")
+        return max(candidates, key=lambda prompt: prompt.version)
+
+    def for_tier(self, tier: Tier) -> list[SystemPrompt]:
+        """Every prompt a worker of ``tier`` serves, sorted by reference."""
+        return sorted((p for p in self._by_ref.values() if tier in p.tiers), key=lambda p: p.ref)
+
+    def fingerprint(self) -> str:
+        """Changes whenever any prompt is added, removed or edited."""
+        digest = hashlib.sha256()
+        for ref in sorted(self._by_ref):
+            prompt = self._by_ref[ref]
+            digest.update(f"{ref}|{sorted(prompt.tiers)}|".encode())
+            digest.update(prompt.text.encode())
+        return digest.hexdigest()[:16]
+
+
+class PromptCatalog:
+    """The current registry, re-read from disk when asked; a new version goes live at once."""
+
+    def __init__(self, extra_dir: Path | None = None) -> None:
+        self._extra_dir = extra_dir
+        self.registry = PromptRegistry.load(extra_dir)
+
+    def reload(self) -> bool:
+        """Re-read the folders; return True if any prompt changed. Keeps the old on error."""
+        fresh = PromptRegistry.load(self._extra_dir)
+        changed = fresh.fingerprint() != self.registry.fingerprint()
+        self.registry = fresh
+        return changed
+
+
+def _read_folder(folder: Path) -> list[SystemPrompt]:
+    if not folder.is_dir():
+        raise ConfigError(f"prompts folder {folder} does not exist")
+    prompts = _read_files(folder.glob("*.txt"), frozenset(Tier))
+    for tier in Tier:
+        prompts += _read_files((folder / tier.value).glob("*.txt"), frozenset({tier}))
+    return prompts
+
+
+def _read_files(paths: Iterable[Path], tiers: frozenset[Tier]) -> list[SystemPrompt]:
+    prompts = []
+    for path in sorted(paths):
+        match = FILE_PATTERN.match(path.name)
+        if match is None:
+            raise ConfigError(f"prompt file {path.name} is not named <name>@<version>.txt")
+        text = path.read_text(encoding="utf-8")
+        if not text.strip():
+            raise ConfigError(f"prompt file {path} is empty")
+        prompts.append(SystemPrompt(match["name"], int(match["version"]), text.rstrip("\n"), tiers))
+    return prompts
