@@ -46,6 +46,14 @@ class Enqueuer:
                 f"cannot reach Redis to enqueue on {queue}: {exc}; nothing was enqueued"
             ) from exc
 
+    def connect(self) -> None:
+        """Open the broker connection now; raises ``BrokerUnavailable``."""
+        try:
+            with self._app.producer_or_acquire() as producer:
+                producer.connection.ensure_connection(max_retries=1)
+        except OperationalError as exc:
+            raise BrokerUnavailable(f"cannot reach the broker: {exc}") from exc
+
     def close(self) -> None:
         """Release broker connections."""
         self._app.close()

@@ -79,6 +79,17 @@ def delete_job(sessions: sessionmaker[Session], job_id: str) -> None:
         raise DatabaseUnavailable(f"could not roll back job {job_id}: {_short(exc)}") from exc
 
 
+def check_database(sessions: sessionmaker[Session]) -> None:
+    """Open a connection and touch the jobs table; raises ``DatabaseUnavailable``."""
+    try:
+        with sessions() as session:
+            session.execute(select(Job.id).limit(1)).all()
+    except SQLAlchemyError as exc:
+        raise DatabaseUnavailable(
+            f"cannot use the job database: {_short(exc)} (run: llmq db upgrade)"
+        ) from exc
+
+
 def load_job(sessions: sessionmaker[Session], job_id: str) -> Job:
     """The job row; raises ``JobNotFound`` or ``DatabaseUnavailable``."""
     try:

@@ -35,6 +35,9 @@ class TierConfig(BaseModel):
         default=None, gt=0.0, description="Fixed KV-cache size; None: 2 GiB on CPU hosts"
     )
     enforce_eager: bool | None = Field(default=None, description="None: eager on CPU only")
+    block_size: int | None = Field(
+        default=None, ge=1, description="KV-cache block in tokens; None: 32 on CPU, vLLM's on GPU"
+    )
     concurrency: int = Field(default=16, ge=1, le=1024, description="Jobs a worker runs at once")
     max_job_seconds: int = Field(default=600, ge=1)
 

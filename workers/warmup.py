@@ -14,13 +14,16 @@ import time
 from schemas.prompt_registry import PromptCatalog, SystemPrompt
 from schemas.queues import Tier
 from workers.engine.base import Engine, SamplingOptions
+from workers.jobs import claim_job
 from workers.prefix import PrefixCacheStats
+from workers.runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)
 
 WARMUP_PROMPTS = ("Hello!", "What are your opening hours?")
 WARMUP_TOKENS = 8
-PREFILL_USER_TURN = "Hi."
+PREFILL_USER_TURNS = ("Hi.", "Thanks, one more question please.")
+PREFILL_TOKENS = 4
 CHECK_EVERY_S = 10.0
 
 
@@ -57,15 +60,18 @@ def prefill_prompts(engine: Engine, prompts: list[SystemPrompt]) -> dict[str, in
     """Put each prompt's prefix in the prefix cache; return its length in tokens by ref.
 
     The prefix is rendered exactly as a request renders it (system turn first), so a
-    request's prompt starts with the same token blocks and finds them cached.
+    request's prompt starts with the same token blocks and finds them cached. A second
+    request then runs the path every real request takes (cached prefix, new suffix,
+    decoding at long context), so the first real one pays nothing extra.
     """
     prefixes: dict[str, int] = {}
     for prompt in prompts:
         system = [{"role": "system", "content": prompt.text}]
         prefixes[prompt.ref] = len(engine.render_chat(system))
         started = time.monotonic()
-        messages = [*system, {"role": "user", "content": PREFILL_USER_TURN}]
-        _generate(engine, messages, f"prefill-{prompt.ref}-{time.time_ns()}", 1)
+        for turn in PREFILL_USER_TURNS:
+            messages = [*system, {"role": "user", "content": turn}]
+            _generate(engine, messages, f"prefill-{prompt.ref}-{time.time_ns()}", PREFILL_TOKENS)
         log.info(
             "prefilled %s (%d tokens) in %.1f s",
             prompt.ref,
@@ -73,6 +79,16 @@ def prefill_prompts(engine: Engine, prompts: list[SystemPrompt]) -> dict[str, in
             time.monotonic() - started,
         )
     return prefixes
+
+
+def warm_job_path(runtime: WorkerRuntime) -> None:
+    """Open the connections and compile the statements every job uses.
+
+    Claiming a job id that cannot exist touches the database exactly as a real claim
+    does, and changes nothing.
+    """
+    runtime.redis.ping()
+    claim_job(runtime.sessions, "warm-up-probe", runtime.worker_id)
 
 
 def _generate(engine: Engine, messages: list[dict[str, str]], request_id: str, tokens: int) -> None:

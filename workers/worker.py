@@ -20,7 +20,7 @@ from workers.engine.vllm import VllmEngine
 from workers.models import resolve_model
 from workers.registry import WorkerRegistration
 from workers.runtime import WorkerRuntime
-from workers.warmup import KeepWarm, warm_up
+from workers.warmup import KeepWarm, warm_job_path, warm_up
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +87,7 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
             interval_s=settings.prefill_interval_s,
         )
         keep_warm.prefill_now()
+        warm_job_path(runtime)
         # Only now is the worker warm: it starts consuming right after this.
         runtime.warm.set()
         registration.mark_warm()

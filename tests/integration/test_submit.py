@@ -110,8 +110,10 @@ def test_bad_requests_are_rejected_before_anything_is_written(
 
 def test_redis_unreachable_fails_fast_and_leaves_no_row(integration_settings: Settings) -> None:
     unreachable = integration_settings.model_copy(update={"broker_url": "redis://127.0.0.1:1/0"})
+    with pytest.raises(BrokerUnavailable, match="cannot reach Redis"):
+        Client(unreachable)
     with (
-        Client(unreachable) as client,
+        Client(unreachable, warm=False) as client,
         pytest.raises(BrokerUnavailable, match="nothing was enqueued"),
     ):
         client.submit("hi")
@@ -134,7 +136,8 @@ def test_a_system_prompt_too_long_for_the_tier_is_refused_at_submit(
     from tests.unit.test_submission import word_tokenizer_dir
 
     tier = TierConfig(model=str(word_tokenizer_dir(tmp_path)), max_model_len=1024)
-    settings = integration_settings.model_copy(update={"tiers": {Tier.SMALL: tier}})
+    tiers = {**integration_settings.tiers, Tier.SMALL: tier}
+    settings = integration_settings.model_copy(update={"tiers": tiers})
     request = {"messages": [{"role": "user", "content": "hi"}], "system_prompt": "support"}
     with Client(settings) as client, pytest.raises(PromptTooLong, match="context window of 1024"):
         client.submit(request, tier="small")

@@ -10,7 +10,7 @@ from schemas.queues import Tier
 
 
 def register(commands: Any) -> None:
-    """Add ``llmq bench overhead`` and ``llmq bench batching``."""
+    """Add ``llmq bench overhead``, ``batching`` and ``warm``."""
     bench = commands.add_parser("bench", help="side-by-side benchmarks (JSON on the last line)")
     kinds = bench.add_subparsers(title="benchmarks", metavar="BENCH", required=True)
 
@@ -26,6 +26,12 @@ def register(commands: Any) -> None:
     batching.add_argument("--rounds", type=int, default=3)
     batching.add_argument("--max-tokens", type=int, default=64)
     batching.set_defaults(handler=_batching)
+
+    warm = kinds.add_parser("warm", help="TTFT: cold engine vs warmed worker, 2k system prompt")
+    _common(warm)
+    warm.add_argument("--prompt", default="support", help="registered system prompt")
+    warm.add_argument("--max-tokens", type=int, default=8)
+    warm.set_defaults(handler=_warm)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -53,6 +59,16 @@ def _batching(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         rounds=args.rounds,
         max_tokens=args.max_tokens,
+    )
+    return _emit(result, args.json)
+
+
+def _warm(args: argparse.Namespace) -> int:
+    from schemas.settings import Settings
+    from workers.bench.warm import run_warm
+
+    result = run_warm(
+        Settings.from_env(), tier=Tier(args.tier), max_tokens=args.max_tokens, prompt=args.prompt
     )
     return _emit(result, args.json)
 

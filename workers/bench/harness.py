@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from producer.client import Client
+from schemas.jobs import JobResult
 from schemas.queues import Tier
 from schemas.settings import Settings
 from workers.engine.base import SamplingOptions
@@ -79,10 +80,15 @@ def direct_options(max_tokens: int) -> SamplingOptions:
     return SamplingOptions(max_tokens=max_tokens, temperature=0.0)
 
 
-def direct_ttft_ms(rig: Rig, request_id: str, max_tokens: int) -> float:
+def direct_ttft_ms(
+    rig: Rig,
+    request_id: str,
+    max_tokens: int,
+    messages: list[dict[str, str]] | None = None,
+) -> float:
     """Time to first text from calling the engine directly (prompt rendering included)."""
     started = time.perf_counter()
-    prompt = rig.engine.render_chat([{"role": "user", "content": BENCH_PROMPT}])
+    prompt = rig.engine.render_chat(messages or [{"role": "user", "content": BENCH_PROMPT}])
     ttft: float | None = None
     # Run each request to its end, as the queued path does, so both start idle.
     for delta in rig.engine.stream(prompt, direct_options(max_tokens), request_id):
@@ -93,14 +99,19 @@ def direct_ttft_ms(rig: Rig, request_id: str, max_tokens: int) -> float:
     return ttft
 
 
-def queued_ttft_ms(rig: Rig, max_tokens: int) -> float:
+def queued_ttft_ms(rig: Rig, max_tokens: int, request: dict[str, object] | None = None) -> float:
     """Time to first text through submit → Redis → worker → pub/sub → client."""
+    return queued_sample(rig, request or request_fields(max_tokens))[0]
+
+
+def queued_sample(rig: Rig, request: dict[str, object]) -> tuple[float, JobResult]:
+    """TTFT through the whole queue path, and the job's result (drained before returning)."""
     started = time.perf_counter()
-    handle = rig.client.submit(request_fields(max_tokens), tier=rig.tier)
+    handle = rig.client.submit(request, tier=rig.tier)
     for _chunk in handle.stream(timeout=300):
         ttft = (time.perf_counter() - started) * 1000.0
-        handle.result(timeout=300)  # drain, so the next sample starts on an idle engine
-        return ttft
+        # Drain, so the next sample starts on an idle engine.
+        return ttft, handle.result(timeout=300)
     raise RuntimeError("the job produced no text")
 
 

@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 900.0
 CPU_KV_CACHE_GB = 2.0
+CPU_BLOCK_SIZE = 32
 _END = object()
 
 
@@ -167,8 +168,14 @@ def engine_arguments(model_path: str, config: TierConfig) -> dict[str, Any]:
         # A fraction of host memory would reserve gigabytes a small model never uses
         # and refuse to start beside a second engine.
         kv_cache_gb = CPU_KV_CACHE_GB
+    block_size = config.block_size
+    if block_size is None and on_cpu:
+        # Only whole blocks are cached: vLLM's CPU default of 128 leaves up to 127
+        # tokens of every system prompt to recompute; 32 is the smallest it supports.
+        block_size = CPU_BLOCK_SIZE
     return {
         "model": model_path,
+        "block_size": block_size,
         "dtype": dtype,
         "quantization": config.quantization,
         "max_model_len": config.max_model_len,

@@ -1,0 +1,83 @@
+"""``llmq bench warm``: a cold engine's first token against a warmed worker's."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from schemas.prompt_registry import PromptRegistry
+from schemas.queues import Tier
+from schemas.settings import Settings
+from workers.bench.harness import bench_rig, direct_ttft_ms, queued_sample, rounded
+from workers.prefix import HIT_SHARE
+
+QUESTIONS = (
+    "Where is my order? It was supposed to arrive yesterday.",
+    "Can I return hiking boots I wore once?",
+    "How long does express shipping take to Canada?",
+    "I was charged twice for the same order.",
+    "How do I reset my password?",
+    "Do you ship to a post office box?",
+    "My tent zip broke after three years.",
+    "When will my refund show up on my card?",
+    "Can I change the address on my order?",
+    "How many points do I have and when do they expire?",
+    "Is the return label free in Germany?",
+    "My parcel says delivered but it is not here.",
+    "Can I combine two discount codes?",
+    "What does Summit membership give me?",
+    "The jacket I bought last week is now cheaper.",
+    "I want to delete my account.",
+    "Can I exchange my shoes for a bigger size?",
+    "Do you sell gas canisters?",
+    "I need to talk to a human.",
+    "How much is standard shipping on a 40 dollar order?",
+    "Can I cancel my order? It says processing.",
+)
+
+
+def run_warm(settings: Settings, *, tier: Tier, max_tokens: int, prompt: str) -> dict[str, Any]:
+    """Cold: a fresh engine (no warm-up) serves its first request with the system prompt.
+
+    Warm: the same request through the queue to a worker that has warmed up and prefilled
+    the prompt, then 20 more with other questions. Same model, same prompt, one run.
+    """
+    system = PromptRegistry.load(settings.prompts_dir).resolve(prompt, tier=tier)
+    with bench_rig(settings, tier, concurrency=4) as rig:
+        first_messages = [
+            {"role": "system", "content": system.text},
+            {"role": "user", "content": QUESTIONS[0]},
+        ]
+        # The direct engine has served nothing yet: this is a true cold start.
+        cold = direct_ttft_ms(rig, "cold-first", max_tokens, first_messages)
+        samples = [
+            queued_sample(
+                rig,
+                {
+                    "messages": [{"role": "user", "content": question}],
+                    "system_prompt": system.ref,
+                    "max_tokens": max_tokens,
+                    "temperature": 0.0,
+                },
+            )
+            for question in QUESTIONS
+        ]
+        prefix_tokens = len(rig.engine.render_chat([{"role": "system", "content": system.text}]))
+    warm_first = samples[0][0]
+    rest = statistics.median(ttft for ttft, _ in samples[1:])
+    hits = sum(1 for _, r in samples if r.usage.cached_prompt_tokens >= HIT_SHARE * prefix_tokens)
+    return {
+        "bench": "warm",
+        "tier": tier.value,
+        "system_prompt": system.ref,
+        "prompt_tokens_first": samples[0][1].usage.prompt_tokens,
+        "cold_ttft_ms": rounded(cold),
+        "warm_ttft_ms": rounded(warm_first),
+        "ratio": round(cold / warm_first, 2),
+        "next_20_ttft_ms_p50": rounded(rest),
+        "first_penalty": round(warm_first / rest, 3),
+        "prefix_cache_hits": hits,
+        "requests": len(samples),
+        "cached_prompt_tokens_first": samples[0][1].usage.cached_prompt_tokens,
+        "system_prompt_tokens": prefix_tokens,
+    }
