@@ -9,7 +9,14 @@ from celery import Celery
 from kombu.exceptions import OperationalError
 
 from schemas.errors import BrokerUnavailable
-from schemas.queues import GENERATE_TASK, Priority, Tier, celery_config, queue_name
+from schemas.queues import (
+    GENERATE_TASK,
+    Priority,
+    Tier,
+    celery_config,
+    kombu_queues,
+    queue_name,
+)
 from schemas.settings import Settings
 
 # A Redis blip is retried briefly; a Redis that is down fails the submit fast.
@@ -27,6 +34,7 @@ class Enqueuer:
                 visibility_timeout_s=settings.visibility_timeout_s,
             )
         )
+        self._app.conf.task_queues = kombu_queues()
 
     def enqueue(self, job_id: str, *, tier: Tier, priority: Priority) -> None:
         """Publish one job; raises ``BrokerUnavailable`` if Redis cannot take it."""
@@ -51,6 +59,9 @@ class Enqueuer:
         try:
             with self._app.producer_or_acquire() as producer:
                 producer.connection.ensure_connection(max_retries=1)
+                # Declaring binds each queue once; done here, the first publish skips it.
+                for queue in self._app.amqp.queues.values():
+                    producer.maybe_declare(queue)
         except OperationalError as exc:
             raise BrokerUnavailable(f"cannot reach the broker: {exc}") from exc
 

@@ -81,9 +81,22 @@ def delete_job(sessions: sessionmaker[Session], job_id: str) -> None:
 
 def check_database(sessions: sessionmaker[Session]) -> None:
     """Open a connection and touch the jobs table; raises ``DatabaseUnavailable``."""
+    probe = Job(
+        id="warm-up-probe",
+        tier="small",
+        priority="interactive",
+        routing={},
+        status=JobStatus.QUEUED.value,
+        request={},
+        attempts=0,
+        created_at=utcnow(),
+    )
     try:
         with sessions() as session:
-            session.execute(select(Job.id).limit(1)).all()
+            # Insert and roll back: the connection opens and the insert statement is
+            # compiled and cached, and nothing is written.
+            session.execute(insert(Job), [_columns(probe)])
+            session.rollback()
     except SQLAlchemyError as exc:
         raise DatabaseUnavailable(
             f"cannot use the job database: {_short(exc)} (run: llmq db upgrade)"

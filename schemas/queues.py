@@ -50,6 +50,13 @@ def all_queues() -> list[str]:
     return [name for tier in Tier for name in tier_queues(tier)]
 
 
+def kombu_queues() -> list[Any]:
+    """Every tier queue as a kombu ``Queue``, for producer and worker Celery apps alike."""
+    from kombu.entity import Queue
+
+    return [Queue(name, routing_key=name) for name in all_queues()]  # type: ignore[no-untyped-call]
+
+
 def event_channel(job_id: str) -> str:
     """Pub/sub channel that carries a job's stream events live."""
     return f"llmq:job:{job_id}:events"

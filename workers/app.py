@@ -6,9 +6,8 @@ import logging
 from typing import Any
 
 from celery import Celery, Task
-from kombu.entity import Queue
 
-from schemas.queues import GENERATE_TASK, all_queues, celery_config
+from schemas.queues import GENERATE_TASK, celery_config, kombu_queues
 from schemas.settings import Settings
 from workers.runner import run_job
 from workers.runtime import WorkerRuntime
@@ -31,7 +30,7 @@ def make_app(settings: Settings) -> LlmqCelery:
             broker_url=settings.broker_url, visibility_timeout_s=settings.visibility_timeout_s
         )
     )
-    app.conf.task_queues = [Queue(name, routing_key=name) for name in all_queues()]  # type: ignore[no-untyped-call]
+    app.conf.task_queues = kombu_queues()
     app.conf.broker_transport = TRANSPORT_PATH
     app.task(name=GENERATE_TASK, bind=True, acks_late=True)(generate_task)
     return app
