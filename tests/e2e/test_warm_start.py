@@ -84,3 +84,18 @@ def test_a_worker_takes_no_job_before_it_is_warm(
         assert started.timestamp() >= warm_at
     finally:
         stop_process(process)
+
+
+def test_a_follow_up_turn_reuses_the_cached_conversation(client: Client) -> None:
+    first_turn = [{"role": "user", "content": "Hello, I have a question about a recent order."}]
+    request = {"system_prompt": "support@1", "max_tokens": 24, "temperature": 0.0}
+    first = client.submit({**request, "messages": first_turn}, tier="small").result(timeout=120)
+    follow_up = [
+        *first_turn,
+        {"role": "assistant", "content": first.text},
+        {"role": "user", "content": "Can I still change the shipping address?"},
+    ]
+    second = client.submit({**request, "messages": follow_up}, tier="small").result(timeout=120)
+    # Everything the first turn sent (whole 32-token blocks of it) came from the cache.
+    assert second.usage.cached_prompt_tokens >= first.usage.prompt_tokens - 32
+    assert second.usage.cached_prompt_tokens > first.usage.cached_prompt_tokens
