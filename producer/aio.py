@@ -40,6 +40,8 @@ class AsyncClient:
         tier: Tier | str = "auto",
         priority: Priority | str = Priority.INTERACTIVE,
         idempotency_key: str | None = None,
+        owner: str | None = None,
+        require_warm_worker: bool = False,
     ) -> AsyncJobHandle:
         """See :meth:`producer.client.Client.submit`."""
         handle = await asyncio.to_thread(
@@ -49,9 +51,21 @@ class AsyncClient:
                 tier=tier,
                 priority=priority,
                 idempotency_key=idempotency_key,
+                owner=owner,
+                require_warm_worker=require_warm_worker,
             )
         )
         return AsyncJobHandle(self, handle.job_id, handle.tier, handle.priority)
+
+    @property
+    def sync(self) -> Client:
+        """The synchronous client underneath (shares settings and connections)."""
+        return self._sync
+
+    @property
+    def redis(self) -> aioredis.Redis:
+        """The asyncio Redis connection this client streams with."""
+        return self._redis
 
     async def status(self, job_id: str) -> JobStatus:
         """The job's current status as recorded in the database."""

@@ -9,6 +9,7 @@ import redis
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from producer.admission import WarmWorkers, check_queue_depth
 from producer.enqueue import Enqueuer
 from producer.jobs import (
     check_database,
@@ -51,6 +52,7 @@ class Client:
         self._sessions: sessionmaker[Session] = make_sessions(self._db)
         self._enqueuer = Enqueuer(settings)
         self._prompts = PromptCatalog(settings.prompts_dir)
+        self._warm_workers = WarmWorkers(self._redis)
         if warm:
             self.warm()
 
@@ -66,14 +68,18 @@ class Client:
         tier: Tier | str = "auto",
         priority: Priority | str = Priority.INTERACTIVE,
         idempotency_key: str | None = None,
+        owner: str | None = None,
+        require_warm_worker: bool = False,
     ) -> JobHandle:
         """Validate, route, record and enqueue ``request``; return at once with a handle.
 
         ``request`` is text, a dict or a ``GenerationRequest``. The job row is committed
         (status queued) before the message is published; if publishing fails the row is
         removed, so nothing is left half-enqueued. The same ``idempotency_key`` returns
-        the same job. Raises ``InvalidRequest``, ``PromptTooLong``, ``BrokerUnavailable``
-        or ``DatabaseUnavailable``.
+        the same job. ``owner`` records who submitted it (the gateway's API key id). With
+        ``require_warm_worker`` the job is refused (``NoWarmWorker``) when no warm worker
+        serves its tier. Raises ``InvalidRequest``, ``PromptTooLong``, ``QueueFull``,
+        ``NoWarmWorker``, ``BrokerUnavailable`` or ``DatabaseUnavailable``.
         """
         submission = prepare_submission(
             request,
@@ -83,8 +89,16 @@ class Client:
             settings=self.settings,
             prompts=self._prompts.registry,
         )
+        tier_ = submission.decision.tier
+        priority_ = submission.options.priority
+        if require_warm_worker:
+            self._warm_workers.require(tier_)
+        limit = self.settings.tier(tier_).max_queue_depth.get(priority_)
+        if limit is not None:
+            check_queue_depth(self._redis, tier_, priority_, limit)
         job, created = insert_job(
             self._sessions,
+            owner=owner,
             request=submission.request,
             decision=submission.decision,
             priority=submission.options.priority,
@@ -119,6 +133,11 @@ class Client:
     def reload_prompts(self) -> bool:
         """Re-read the prompts folders (a new version was deployed); True if any changed."""
         return self._prompts.reload()
+
+    @property
+    def sessions(self) -> sessionmaker[Session]:
+        """The job database's session factory (for read-only lookups such as API keys)."""
+        return self._sessions
 
     def handle(self, job_id: str) -> JobHandle:
         """A handle on an existing job; raises ``JobNotFound``."""

@@ -28,6 +28,7 @@ def insert_job(
     decision: RoutingDecision,
     priority: Priority,
     idempotency_key: str | None,
+    owner: str | None = None,
 ) -> tuple[Job, bool]:
     """Write a queued job row; return it and whether it is new.
 
@@ -43,6 +44,7 @@ def insert_job(
         status=JobStatus.QUEUED.value,
         request=request.model_dump(mode="json"),
         attempts=0,
+        owner=owner,
         created_at=utcnow(),
     )
     try:

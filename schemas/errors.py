@@ -19,6 +19,19 @@ class PromptTooLong(InvalidRequest):
     """The prompt plus ``max_tokens`` does not fit the tier's context window."""
 
 
+class QueueFull(LlmqError):
+    """The queue is at its depth limit; nothing was enqueued. Retry after a while."""
+
+    def __init__(self, message: str, *, depth: int, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.depth = depth
+        self.retry_after_s = retry_after_s
+
+
+class NoWarmWorker(LlmqError):
+    """No warm worker serves the tier, so an interactive request would only wait."""
+
+
 class BrokerUnavailable(LlmqError):
     """Redis could not be reached; nothing was enqueued."""
 

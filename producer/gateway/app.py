@@ -1,0 +1,240 @@
+"""The gateway's routes: chat completions (streamed or not), models, jobs, health, metrics.
+
+Every call becomes a durable llmq job owned by the calling API key; the stream is the
+job's event stream, so a client that reconnects with ``Last-Event-ID`` resumes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import generate_latest
+
+from producer.aio import AsyncClient, AsyncJobHandle
+from producer.gateway import openai_models as oai
+from producer.gateway.errors import (
+    BAD_REQUEST,
+    MODEL_NOT_FOUND,
+    NOT_FOUND,
+    UNAUTHORIZED,
+    GatewayError,
+    http_error_for,
+    rate_limited,
+)
+from producer.gateway.metrics import GatewayMetrics
+from producer.gateway.ratelimit import over_limit
+from producer.gateway.sse import sse_events
+from producer.jobs import load_job
+from producer.keys import KeyIdentity, authenticate
+from schemas.errors import LlmqError
+from schemas.queues import Priority, Tier
+from schemas.settings import Settings
+from schemas.tables import Job
+
+MODELS = ["auto", *[tier.value for tier in Tier]]
+RESULT_TIMEOUT_S = 600.0
+
+
+class Gateway:
+    """Route handlers sharing one llmq client, the auth policy and the metrics."""
+
+    def __init__(self, settings: Settings, *, require_keys: bool) -> None:
+        self.settings = settings
+        self.require_keys = require_keys
+        self.metrics = GatewayMetrics()
+        self._client: AsyncClient | None = None
+
+    @property
+    def client(self) -> AsyncClient:
+        assert self._client is not None, "the gateway has not started"
+        return self._client
+
+    @asynccontextmanager
+    async def lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
+        self._client = await asyncio.to_thread(AsyncClient, self.settings)
+        yield
+        await self._client.aclose()
+
+    async def identify(self, request: Request) -> KeyIdentity | None:
+        """The caller's key (None when keys are off); enforces its rate limit."""
+        if not self.require_keys:
+            return None
+        scheme, _, secret = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not secret.strip():
+            raise GatewayError("missing API key: send Authorization: Bearer <key>", UNAUTHORIZED)
+        sessions = self.client.sync.sessions
+        identity = await asyncio.to_thread(authenticate, sessions, secret.strip())
+        if identity is None:
+            raise GatewayError("invalid API key", UNAUTHORIZED)
+        wait = await over_limit(self.client.redis, identity.id, identity.rate_limit_per_min)
+        if wait is not None:
+            raise GatewayError(
+                f"rate limit of {identity.rate_limit_per_min} requests/min exceeded",
+                rate_limited(wait),
+            )
+        return identity
+
+    async def owned_job(self, job_id: str, identity: KeyIdentity | None) -> Job:
+        """The job row, if the caller owns it; another key's job does not exist for them."""
+        row = await asyncio.to_thread(load_job, self.client.sync.sessions, job_id)
+        if identity is not None and row.owner != identity.id:
+            raise GatewayError(f"no job with id {job_id}", NOT_FOUND)
+        return row
+
+    async def healthz(self) -> dict[str, str]:
+        return {"status": "ok"}
+
+    async def readyz(self) -> JSONResponse:
+        try:
+            await asyncio.to_thread(self.client.sync.warm)
+        except LlmqError as exc:
+            return error_response(exc)
+        return JSONResponse({"status": "ready"})
+
+    async def prometheus(self) -> Response:
+        body = generate_latest(self.metrics.registry)
+        return Response(body, media_type="text/plain; version=0.0.4")
+
+    async def models(self, request: Request) -> dict[str, Any]:
+        await self.identify(request)
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "llmq"} for m in MODELS]
+        return {"object": "list", "data": data}
+
+    async def job(self, job_id: str, request: Request) -> dict[str, Any]:
+        row = await self.owned_job(job_id, await self.identify(request))
+        return job_view(row)
+
+    async def chat_completions(
+        self, body: oai.ChatCompletionRequest, request: Request
+    ) -> JSONResponse | StreamingResponse:
+        started = time.perf_counter()
+        identity = await self.identify(request)
+        if body.model not in MODELS:
+            raise GatewayError(
+                f"unknown model {body.model!r}; use one of {', '.join(MODELS)}", MODEL_NOT_FOUND
+            )
+        resume = resume_point(request.headers.get("last-event-id"))
+        if resume is not None:
+            row = await self.owned_job(resume[0], identity)
+            handle = AsyncJobHandle(self.client, row.id, Tier(row.tier), Priority(row.priority))
+        else:
+            handle = await self._submit(body, request, identity)
+        if body.stream:
+            events = sse_events(
+                handle,
+                model=body.model,
+                from_seq=resume[1] + 1 if resume else 0,
+                include_usage=bool(body.stream_options and body.stream_options.include_usage),
+                metrics=self.metrics,
+                started=started,
+                timeout=RESULT_TIMEOUT_S,
+            )
+            return StreamingResponse(events, media_type="text/event-stream")
+        result = await handle.result(timeout=RESULT_TIMEOUT_S)
+        self.metrics.requests.labels(body.model, "200").inc()
+        return JSONResponse(
+            oai.completion(
+                job_id=result.job_id,
+                model=body.model,
+                text=result.text,
+                finish_reason=result.finish_reason,
+                usage=result.usage,
+                timings=result.timings,
+                tier=result.tier.value,
+            )
+        )
+
+    async def _submit(
+        self, body: oai.ChatCompletionRequest, request: Request, identity: KeyIdentity | None
+    ) -> AsyncJobHandle:
+        priority = body.priority or request.headers.get("x-priority") or "interactive"
+        return await self.client.submit(
+            body.to_llmq(),
+            tier=body.model,
+            priority=priority,
+            idempotency_key=request.headers.get("idempotency-key"),
+            owner=identity.id if identity else None,
+            # A person is waiting: refuse now rather than queue behind no worker.
+            require_warm_worker=priority == Priority.INTERACTIVE,
+        )
+
+
+def create_app(settings: Settings, *, require_keys: bool = True) -> FastAPI:
+    """The ASGI app. With ``require_keys`` (default) every /v1 call needs a Bearer key."""
+    gateway = Gateway(settings, require_keys=require_keys)
+    app = FastAPI(title="llmq gateway", lifespan=gateway.lifespan)
+    app.add_exception_handler(LlmqError, _llmq_error)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
+    app.add_api_route("/healthz", gateway.healthz, methods=["GET"])
+    app.add_api_route("/readyz", gateway.readyz, methods=["GET"])
+    app.add_api_route("/metrics", gateway.prometheus, methods=["GET"])
+    app.add_api_route("/v1/models", gateway.models, methods=["GET"])
+    app.add_api_route("/v1/jobs/{job_id}", gateway.job, methods=["GET"])
+    app.add_api_route(
+        "/v1/chat/completions", gateway.chat_completions, methods=["POST"], response_model=None
+    )
+    app.state.gateway = gateway
+    return app
+
+
+async def _llmq_error(_request: Request, exc: LlmqError) -> JSONResponse:
+    return error_response(exc)
+
+
+async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in e['loc'][1:]) or 'body'}: {e['msg']}" for e in exc.errors()
+    )
+    return error_response(GatewayError(f"invalid request: {problems}", BAD_REQUEST))
+
+
+def error_response(exc: LlmqError) -> JSONResponse:
+    """An OpenAI-format error with the status (and Retry-After) the error calls for."""
+    http = http_error_for(exc)
+    headers = {"Retry-After": str(http.retry_after_s)} if http.retry_after_s else None
+    return JSONResponse(
+        oai.error_body(str(exc), kind=http.kind, code=http.code),
+        status_code=http.status,
+        headers=headers,
+    )
+
+
+def resume_point(last_event_id: str | None) -> tuple[str, int] | None:
+    """Job id and sequence number from an SSE event id ``<job id>.<seq>``."""
+    if not last_event_id:
+        return None
+    job_id, _, seq = last_event_id.strip().rpartition(".")
+    if not job_id or not seq.isdigit():
+        raise GatewayError(f"malformed Last-Event-ID {last_event_id!r}", BAD_REQUEST)
+    return job_id, int(seq)
+
+
+def job_view(row: Job) -> dict[str, Any]:
+    """``GET /v1/jobs/{id}``: status, timings and routing decision."""
+    return {
+        "id": row.id,
+        "status": row.status,
+        "tier": row.tier,
+        "priority": row.priority,
+        "routing": row.routing,
+        "usage": {
+            "prompt_tokens": row.prompt_tokens,
+            "completion_tokens": row.completion_tokens,
+            "cached_prompt_tokens": row.cached_prompt_tokens,
+        },
+        "timings": {
+            "queue_wait_ms": row.queue_wait_ms,
+            "ttft_ms": row.ttft_ms,
+            "total_ms": row.total_ms,
+        },
+        "error": row.error,
+        "created_at": row.created_at.isoformat(),
+        "finished_at": row.finished_at.isoformat() if row.finished_at else None,
+    }

@@ -1,0 +1,98 @@
+"""The official OpenAI SDK, unmodified, against the gateway and a real worker; Flower too."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from producer.gateway.cli import flower_command
+from schemas.settings import Settings
+from tests.gateway_server import free_port, running_gateway
+from tests.integration.test_gateway import new_key
+
+pytestmark = pytest.mark.e2e
+
+QUESTION = [{"role": "user", "content": "What is the capital of Italy?"}]
+
+
+@pytest.fixture(scope="module")
+def sdk(e2e_settings: Settings, worker: str) -> Iterator[openai.OpenAI]:
+    with running_gateway(e2e_settings) as url:
+        yield openai.OpenAI(base_url=url + "/v1", api_key=new_key(e2e_settings, "sdk"))
+
+
+@pytest.mark.parametrize("model", ["auto", "small"])
+def test_sdk_chat_completion(sdk: openai.OpenAI, model: str) -> None:
+    reply = sdk.chat.completions.create(
+        model=model,
+        messages=QUESTION,
+        max_tokens=12,
+        temperature=0,  # type: ignore[arg-type]
+    )
+    assert reply.choices[0].message.content
+    assert reply.choices[0].finish_reason in {"stop", "length"}
+    assert reply.usage is not None and reply.usage.completion_tokens > 0
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
+
+
+@pytest.mark.parametrize("model", ["auto", "small"])
+def test_sdk_streaming(sdk: openai.OpenAI, model: str) -> None:
+    stream = sdk.chat.completions.create(
+        model=model,
+        messages=QUESTION,  # type: ignore[arg-type]
+        max_tokens=12,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    text, finish, usage = "", None, None
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            text += choice.delta.content or ""
+            finish = choice.finish_reason or finish
+    assert text
+    assert finish in {"stop", "length"}
+    assert usage is not None and usage.completion_tokens > 0
+
+
+def test_sdk_errors_are_typed(sdk: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError):
+        sdk.chat.completions.create(model="gpt-9", messages=QUESTION)  # type: ignore[arg-type]
+    with pytest.raises(openai.BadRequestError):
+        sdk.chat.completions.create(model="small", messages=[])
+
+
+def test_flower_lists_the_worker_and_its_queues(e2e_settings: Settings, worker: str) -> None:
+    port = free_port()
+    command = flower_command(e2e_settings.broker_url, port=port, address="127.0.0.1")
+    env = {**os.environ, "FLOWER_UNAUTHENTICATED_API": "true"}
+    flower = subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        workers: dict[str, object] = {}
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and worker not in workers:
+            time.sleep(1)
+            try:
+                workers = httpx.get(
+                    f"http://127.0.0.1:{port}/api/workers", params={"refresh": "1"}, timeout=20
+                ).json()
+            except (httpx.HTTPError, ValueError):
+                continue
+        assert worker in workers, f"flower saw {list(workers)}"
+        queues = {q["name"] for q in workers[worker]["active_queues"]}  # type: ignore[index]
+        assert queues == {"llm.small.interactive", "llm.small.batch"}
+    finally:
+        flower.terminate()
+        flower.wait(timeout=30)
+    assert sys.executable in command
