@@ -40,6 +40,7 @@ from schemas.tables import Job
 
 MODELS = ["auto", *[tier.value for tier in Tier]]
 RESULT_TIMEOUT_S = 600.0
+KEY_CACHE_S = 10.0
 
 
 class Gateway:
@@ -50,6 +51,7 @@ class Gateway:
         self.require_keys = require_keys
         self.metrics = GatewayMetrics()
         self._client: AsyncClient | None = None
+        self._keys: dict[str, tuple[KeyIdentity, float]] = {}
 
     @property
     def client(self) -> AsyncClient:
@@ -69,8 +71,7 @@ class Gateway:
         scheme, _, secret = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not secret.strip():
             raise GatewayError("missing API key: send Authorization: Bearer <key>", UNAUTHORIZED)
-        sessions = self.client.sync.sessions
-        identity = await asyncio.to_thread(authenticate, sessions, secret.strip())
+        identity = await self._authenticate(secret.strip())
         if identity is None:
             raise GatewayError("invalid API key", UNAUTHORIZED)
         wait = await over_limit(self.client.redis, identity.id, identity.rate_limit_per_min)
@@ -79,6 +80,17 @@ class Gateway:
                 f"rate limit of {identity.rate_limit_per_min} requests/min exceeded",
                 rate_limited(wait),
             )
+        return identity
+
+    async def _authenticate(self, secret: str) -> KeyIdentity | None:
+        # Known keys are remembered briefly: a database round trip per call would be
+        # most of what the gateway adds to a first token. Revocation lands within the TTL.
+        cached = self._keys.get(secret)
+        if cached is not None and time.monotonic() - cached[1] < KEY_CACHE_S:
+            return cached[0]
+        identity = await asyncio.to_thread(authenticate, self.client.sync.sessions, secret)
+        if identity is not None:
+            self._keys[secret] = (identity, time.monotonic())
         return identity
 
     async def owned_job(self, job_id: str, identity: KeyIdentity | None) -> Job:

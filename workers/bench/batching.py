@@ -13,6 +13,7 @@ from workers.bench.harness import (
     BENCH_PROMPT,
     Rig,
     bench_rig,
+    direct_engine,
     direct_options,
     request_fields,
     rounded,
@@ -52,11 +53,12 @@ def run_batching(
 
 
 def _direct_tok_s(rig: Rig, concurrency: int, max_tokens: int, tag: str) -> float:
-    prompt = rig.engine.render_chat([{"role": "user", "content": BENCH_PROMPT}])
+    engine = direct_engine(rig)
+    prompt = engine.render_chat([{"role": "user", "content": BENCH_PROMPT}])
     counts = [0] * concurrency
 
     def one(slot: int) -> None:
-        for delta in rig.engine.stream(prompt, direct_options(max_tokens), f"b-{tag}-{slot}"):
+        for delta in engine.stream(prompt, direct_options(max_tokens), f"b-{tag}-{slot}"):
             counts[slot] = delta.completion_tokens
 
     return _timed(one, concurrency, counts)

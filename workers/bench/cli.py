@@ -10,7 +10,7 @@ from schemas.queues import Tier
 
 
 def register(commands: Any) -> None:
-    """Add ``llmq bench overhead``, ``batching`` and ``warm``."""
+    """Add ``llmq bench overhead``, ``batching``, ``warm`` and ``gateway``."""
     bench = commands.add_parser("bench", help="side-by-side benchmarks (JSON on the last line)")
     kinds = bench.add_subparsers(title="benchmarks", metavar="BENCH", required=True)
 
@@ -32,6 +32,13 @@ def register(commands: Any) -> None:
     warm.add_argument("--prompt", default="support", help="registered system prompt")
     warm.add_argument("--max-tokens", type=int, default=8)
     warm.set_defaults(handler=_warm)
+
+    gateway = kinds.add_parser("gateway", help="TTFT: through the HTTP gateway vs the client")
+    _common(gateway)
+    gateway.add_argument("-n", "--samples", type=int, default=30, help="requests per path")
+    gateway.add_argument("--max-tokens", type=int, default=8)
+    gateway.add_argument("--port", type=int, default=8765)
+    gateway.set_defaults(handler=_gateway)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -69,6 +76,20 @@ def _warm(args: argparse.Namespace) -> int:
 
     result = run_warm(
         Settings.from_env(), tier=Tier(args.tier), max_tokens=args.max_tokens, prompt=args.prompt
+    )
+    return _emit(result, args.json)
+
+
+def _gateway(args: argparse.Namespace) -> int:
+    from schemas.settings import Settings
+    from workers.bench.gateway import run_gateway
+
+    result = run_gateway(
+        Settings.from_env(),
+        tier=Tier(args.tier),
+        samples=args.samples,
+        max_tokens=args.max_tokens,
+        port=args.port,
     )
     return _emit(result, args.json)
 

@@ -27,13 +27,15 @@ class Rig:
     """A direct in-process engine and a client talking to a worker on the same model."""
 
     settings: Settings
-    engine: VllmEngine
+    engine: VllmEngine | None
     client: Client
     tier: Tier
 
 
 @contextlib.contextmanager
-def bench_rig(settings: Settings, tier: Tier, *, concurrency: int) -> Iterator[Rig]:
+def bench_rig(
+    settings: Settings, tier: Tier, *, concurrency: int, direct_engine: bool = True
+) -> Iterator[Rig]:
     """Start both paths on ``tier``'s model; the worker runs as its own process.
 
     The job database is a fresh SQLite file unless ``LLMQ_DATABASE_URL`` names another,
@@ -50,7 +52,8 @@ def bench_rig(settings: Settings, tier: Tier, *, concurrency: int) -> Iterator[R
         worker = start_worker_process(settings, tier, concurrency=concurrency, output=log)
         engine = None
         try:
-            engine = VllmEngine.start(model_path=model_path, config=config)
+            if direct_engine:
+                engine = VllmEngine.start(model_path=model_path, config=config)
             wait_until_warm(settings, tier, worker)
             with Client(settings) as client:
                 yield Rig(settings=settings, engine=engine, client=client, tier=tier)
@@ -76,6 +79,12 @@ def request_fields(max_tokens: int) -> dict[str, object]:
     }
 
 
+def direct_engine(rig: Rig) -> VllmEngine:
+    """The in-process engine; only rigs started with ``direct_engine=True`` have one."""
+    assert rig.engine is not None, "this benchmark runs no direct engine"
+    return rig.engine
+
+
 def direct_options(max_tokens: int) -> SamplingOptions:
     return SamplingOptions(max_tokens=max_tokens, temperature=0.0)
 
@@ -87,11 +96,12 @@ def direct_ttft_ms(
     messages: list[dict[str, str]] | None = None,
 ) -> float:
     """Time to first text from calling the engine directly (prompt rendering included)."""
+    engine = direct_engine(rig)
     started = time.perf_counter()
-    prompt = rig.engine.render_chat(messages or [{"role": "user", "content": BENCH_PROMPT}])
+    prompt = engine.render_chat(messages or [{"role": "user", "content": BENCH_PROMPT}])
     ttft: float | None = None
     # Run each request to its end, as the queued path does, so both start idle.
-    for delta in rig.engine.stream(prompt, direct_options(max_tokens), request_id):
+    for delta in engine.stream(prompt, direct_options(max_tokens), request_id):
         if delta.text and ttft is None:
             ttft = (time.perf_counter() - started) * 1000.0
     if ttft is None:

@@ -8,7 +8,13 @@ from typing import Any
 from schemas.prompt_registry import PromptRegistry
 from schemas.queues import Tier
 from schemas.settings import Settings
-from workers.bench.harness import bench_rig, direct_ttft_ms, queued_sample, rounded
+from workers.bench.harness import (
+    bench_rig,
+    direct_engine,
+    direct_ttft_ms,
+    queued_sample,
+    rounded,
+)
 from workers.prefix import HIT_SHARE
 
 QUESTIONS = (
@@ -62,7 +68,9 @@ def run_warm(settings: Settings, *, tier: Tier, max_tokens: int, prompt: str) ->
             )
             for question in QUESTIONS
         ]
-        prefix_tokens = len(rig.engine.render_chat([{"role": "system", "content": system.text}]))
+        prefix_tokens = len(
+            direct_engine(rig).render_chat([{"role": "system", "content": system.text}])
+        )
     warm_first = samples[0][0]
     rest = statistics.median(ttft for ttft, _ in samples[1:])
     hits = sum(1 for _, r in samples if r.usage.cached_prompt_tokens >= HIT_SHARE * prefix_tokens)

@@ -1,0 +1,96 @@
+"""``llmq bench gateway``: what the OpenAI-compatible gateway adds to time-to-first-token."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+from producer.keys import create_key
+from schemas.queues import Tier
+from schemas.settings import Settings
+from workers.bench.harness import Rig, bench_rig, queued_ttft_ms, request_fields, rounded
+from workers.supervise import stop_process
+
+WARMUP_ROUNDS = 3
+SETTLE_S = 0.05
+START_TIMEOUT_S = 60.0
+
+
+def run_gateway(
+    settings: Settings, *, tier: Tier, samples: int, max_tokens: int, port: int
+) -> dict[str, Any]:
+    """Alternate the same streamed request through the gateway and the Python client."""
+    via_gateway: list[float] = []
+    via_client: list[float] = []
+    with bench_rig(settings, tier, concurrency=4, direct_engine=False) as rig:
+        secret = create_key(rig.client.sessions, "bench")[1]
+        with gateway_process(rig.settings, port) as url, httpx.Client(base_url=url) as http:
+            headers = {"Authorization": f"Bearer {secret}"}
+            for index in range(WARMUP_ROUNDS + samples):
+                time.sleep(SETTLE_S)
+                g = gateway_ttft_ms(http, headers, rig, max_tokens)
+                time.sleep(SETTLE_S)
+                c = queued_ttft_ms(rig, max_tokens)
+                if index >= WARMUP_ROUNDS:
+                    via_gateway.append(g)
+                    via_client.append(c)
+    return {
+        "bench": "gateway",
+        "tier": tier.value,
+        "n": samples,
+        "max_tokens": max_tokens,
+        "gateway_ttft_ms_p50": rounded(statistics.median(via_gateway)),
+        "client_ttft_ms_p50": rounded(statistics.median(via_client)),
+        "added_ms_p50": rounded(statistics.median(via_gateway) - statistics.median(via_client)),
+        "added_ms_paired_p50": rounded(
+            statistics.median(g - c for g, c in zip(via_gateway, via_client, strict=True))
+        ),
+    }
+
+
+def gateway_ttft_ms(
+    http: httpx.Client, headers: dict[str, str], rig: Rig, max_tokens: int
+) -> float:
+    """POST a streamed chat completion; time to the first chunk with content."""
+    body = {"model": rig.tier.value, "stream": True, **request_fields(max_tokens)}
+    started = time.perf_counter()
+    ttft = None
+    with http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if ttft is None and '"content"' in line:
+                ttft = (time.perf_counter() - started) * 1000.0
+    if ttft is None:
+        raise RuntimeError("the gateway streamed no text")
+    return ttft
+
+
+@contextlib.contextmanager
+def gateway_process(settings: Settings, port: int) -> Iterator[str]:
+    """``llmq gateway`` as its own process, as it runs in production."""
+    env = {"LLMQ_BROKER_URL": settings.broker_url, "LLMQ_DATABASE_URL": settings.database_url}
+    command = [sys.executable, "-m", "producer.cli", "gateway", "--port", str(port)]
+    process = subprocess.Popen(command, env={**os.environ, **env})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise RuntimeError("the gateway did not start")
+            time.sleep(0.2)
+        yield url
+    finally:
+        stop_process(process, grace_s=10)
