@@ -7,6 +7,6 @@ COPY producer producer
 COPY workers workers
 COPY migrations migrations
 COPY scripts scripts
-RUN pip install --no-cache-dir ".[gpu]" flower \
+RUN pip install --no-cache-dir ".[gpu,gateway]" \
     && pip uninstall -y torchvision torchaudio torchcodec || true
 ENTRYPOINT ["llmq"]
