@@ -21,7 +21,9 @@ def check_queue_depth(client: redis.Redis, tier: Tier, priority: Priority, limit
     try:
         depth = int(client.llen(queue))
     except redis.RedisError as exc:
-        raise BrokerUnavailable(f"cannot reach Redis to check {queue}: {exc}") from exc
+        raise BrokerUnavailable(
+            f"cannot reach Redis to check {queue}: {exc}; nothing was enqueued"
+        ) from exc
     if depth >= limit:
         retry_after = max(1, depth * RETRY_SECONDS_PER_1000 // 1000)
         raise QueueFull(
