@@ -19,6 +19,7 @@ from producer.jobs import (
     terminal_event_from_row,
 )
 from producer.limits import preload_tokenizer
+from producer.routing import Router
 from producer.streams import Event, read_events
 from producer.submission import RequestLike, prepare_submission
 from schemas.db import make_engine, make_sessions
@@ -53,6 +54,7 @@ class Client:
         self._enqueuer = Enqueuer(settings)
         self._prompts = PromptCatalog(settings.prompts_dir)
         self._warm_workers = WarmWorkers(self._redis)
+        self.router = Router(settings, self._redis)
         if warm:
             self.warm()
 
@@ -88,6 +90,7 @@ class Client:
             idempotency_key=idempotency_key,
             settings=self.settings,
             prompts=self._prompts.registry,
+            router=self.router,
         )
         tier_ = submission.decision.tier
         priority_ = submission.options.priority

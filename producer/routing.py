@@ -1,24 +1,126 @@
-"""Where a request's tier is decided: the one hook every submit passes through."""
+"""Where a request's tier is decided: the one hook every submit passes through.
+
+An explicit tier always wins. ``auto`` runs the difficulty classifier and the policy
+(err upward, escalate low confidence), then, for interactive work, the load-aware
+step. Every decision carries its reason, and is counted in Redis.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import time
 from typing import Literal
 
-from schemas.queues import Tier
+import redis
+
+from producer.router.artifact import current_artifact_path, load_artifact
+from producer.router.classifier import DifficultyClassifier
+from producer.router.load import load_adjusted
+from producer.router.policy import PolicyConfig, apply_policy
+from schemas.errors import ConfigError
+from schemas.queues import Priority, Tier
 from schemas.requests import GenerationRequest, RoutingDecision
 from schemas.settings import Settings
 
+log = logging.getLogger(__name__)
 
-def route(
-    request: GenerationRequest, *, requested: Tier | Literal["auto"], settings: Settings
-) -> RoutingDecision:
-    """Pick the tier that serves ``request``. An explicit tier always wins.
+ROUTING_COUNTS_KEY = "llmq:stats:routing"
 
-    ``auto`` goes to the configured default tier until a classifier is plugged in here.
-    """
-    del request  # the classifier will read it
-    if requested != "auto":
-        return RoutingDecision(tier=requested, requested=requested, reason="explicit tier")
-    return RoutingDecision(
-        tier=settings.default_tier, requested="auto", reason="auto: configured default tier"
-    )
+
+class Router:
+    """Holds the classifier (when one is trained) and applies the routing policy."""
+
+    def __init__(self, settings: Settings, redis_client: redis.Redis | None = None) -> None:
+        self._settings = settings
+        self._redis = redis_client
+        self.policy = PolicyConfig(settings.router_large_threshold, settings.router_min_confidence)
+        self.classifier = load_classifier(settings)
+
+    def route(
+        self,
+        request: GenerationRequest,
+        *,
+        requested: Tier | Literal["auto"],
+        priority: Priority = Priority.INTERACTIVE,
+    ) -> RoutingDecision:
+        """Pick the tier that serves ``request``; never raises for the request's content."""
+        if requested != "auto":
+            return RoutingDecision(tier=requested, requested=requested, reason="explicit tier")
+        decision = self._classify(routing_text(request))
+        if priority is Priority.INTERACTIVE and self._redis is not None:
+            decision = self._consider_load(decision)
+        self._count(decision)
+        return decision
+
+    def _classify(self, text: str) -> RoutingDecision:
+        if self.classifier is None:
+            return RoutingDecision(
+                tier=self._settings.default_tier,
+                requested="auto",
+                reason="auto: no router trained yet (llmq router train); default tier",
+            )
+        try:
+            outcome = apply_policy(self.classifier.predict(text), self.policy)
+        except Exception as exc:
+            log.exception("the classifier failed; routing upward")
+            return RoutingDecision(
+                tier=Tier.LARGE, requested="auto", reason=f"classifier error ({exc}); err upward"
+            )
+        return RoutingDecision(
+            tier=outcome.tier,
+            requested="auto",
+            reason=outcome.reason,
+            confidence=outcome.confidence,
+        )
+
+    def _consider_load(self, decision: RoutingDecision) -> RoutingDecision:
+        assert self._redis is not None
+        try:
+            tier, why = load_adjusted(self._redis, decision.tier, self._settings)
+        except redis.RedisError:
+            return decision  # the enqueue right after reports Redis problems clearly
+        if why is None:
+            return decision
+        return decision.model_copy(
+            update={"tier": tier, "reason": f"{decision.reason}; {why}", "load_adjusted": True}
+        )
+
+    def _count(self, decision: RoutingDecision) -> None:
+        if self._redis is None:
+            return
+        key = f"{decision.tier.value}:{decision_kind(decision)}"
+        with contextlib.suppress(redis.RedisError):
+            self._redis.hincrby(ROUTING_COUNTS_KEY, key, 1)
+
+
+def decision_kind(decision: RoutingDecision) -> str:
+    """``explicit``, ``default``, ``classified``, ``escalated`` or ``load``, for metrics."""
+    if decision.load_adjusted:
+        return "load"
+    if decision.requested != "auto":
+        return "explicit"
+    if decision.confidence is None:
+        return "default"
+    upward = "escalated" in decision.reason or "err upward" in decision.reason
+    return "escalated" if upward else "classified"
+
+
+def routing_text(request: GenerationRequest) -> str:
+    """What the classifier reads: the latest user turn (the ask being routed)."""
+    return next(m.content for m in reversed(request.messages) if m.role == "user")
+
+
+def load_classifier(settings: Settings) -> DifficultyClassifier | None:
+    """The current trained classifier, or None if none was trained on this host."""
+    path = current_artifact_path(settings.router_folder)
+    if path is None:
+        return None
+    started = time.monotonic()
+    try:
+        classifier = DifficultyClassifier(load_artifact(path))
+    except ConfigError:
+        log.warning("router artifact %s is unusable; auto routes to the default tier", path)
+        return None
+    log.info("loaded router %s in %.0f ms", path.name, (time.monotonic() - started) * 1000)
+    return classifier

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from producer.limits import check_fits
-from producer.routing import route
+from producer.routing import Router
 from schemas.errors import InvalidRequest
 from schemas.prompt_registry import PromptRegistry
 from schemas.requests import EnqueueOptions, GenerationRequest, RoutingDecision
@@ -35,6 +35,7 @@ def prepare_submission(
     idempotency_key: str | None,
     settings: Settings,
     prompts: PromptRegistry,
+    router: Router,
 ) -> Submission:
     """Validate, route and pin the system prompt's version.
 
@@ -46,7 +47,7 @@ def prepare_submission(
         {"tier": tier, "priority": priority, "idempotency_key": idempotency_key},
         "enqueue options",
     )
-    decision = route(parsed, requested=options.tier, settings=settings)
+    decision = router.route(parsed, requested=options.tier, priority=options.priority)
     system_text = None
     if parsed.system_prompt is not None:
         prompt = prompts.resolve(parsed.system_prompt, tier=decision.tier)

@@ -71,6 +71,8 @@ def event_log_key(job_id: str) -> str:
 
 
 WORKER_KEY_PREFIX = "llmq:worker:"
+SERVICE_MS_KEY = "llmq:stats:service_ms"
+"""Hash of each tier's moving-average job service time, which load-aware routing reads."""
 
 
 def worker_key(worker_id: str) -> str:

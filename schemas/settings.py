@@ -40,6 +40,12 @@ class TierConfig(BaseModel):
     )
     concurrency: int = Field(default=16, ge=1, le=1024, description="Jobs a worker runs at once")
     max_job_seconds: int = Field(default=600, ge=1)
+    interactive_wait_slo_ms: float = Field(
+        default=2000.0, gt=0, description="auto routing steps away when the wait exceeds it"
+    )
+    allow_step_down: bool = Field(
+        default=False, description="auto routing may send this tier's work one tier down"
+    )
     max_queue_depth: dict[Priority, int] = Field(
         default_factory=lambda: {Priority.INTERACTIVE: 1_000, Priority.BATCH: 100_000},
         description="submit fails with QueueFull beyond this many waiting jobs",
@@ -64,6 +70,9 @@ class Settings(BaseSettings):
     replay_ttl_s: int = Field(default=24 * 3600, ge=1)
     prompts_dir: Path | None = None
     prefill_interval_s: float = Field(default=300.0, gt=0)
+    router_dir: Path | None = Field(default=None, description="None: <model_cache_dir>/router")
+    router_large_threshold: float = Field(default=0.35, gt=0, le=1)
+    router_min_confidence: float = Field(default=0.5, ge=0, le=1)
     log_level: str = "INFO"
 
     @field_validator("tiers", mode="after")
@@ -92,6 +101,11 @@ class Settings(BaseSettings):
     def bundled_model_dir(self) -> Path:
         """Where ``llmq model prepare`` puts the bundled model."""
         return self.model_cache_dir.expanduser() / "models" / "smollm2-135m-instruct"
+
+    @property
+    def router_folder(self) -> Path:
+        """Where ``llmq router train`` writes artifacts and the producer reads them."""
+        return (self.router_dir or self.model_cache_dir / "router").expanduser()
 
     def model_dir(self, tier: Tier) -> Path | None:
         """Local folder of a tier's model, if it has one (hub ids have none)."""

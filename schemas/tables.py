@@ -43,6 +43,7 @@ class Job(Base):
     cached_prompt_tokens: Mapped[int | None] = mapped_column(Integer)
     engine_warm: Mapped[bool | None] = mapped_column(Boolean)
     owner: Mapped[str | None] = mapped_column(String(32), index=True)
+    corrected_tier: Mapped[str | None] = mapped_column(String(16))
     output_text: Mapped[str | None] = mapped_column(Text)
     finish_reason: Mapped[str | None] = mapped_column(String(32))
     queue_wait_ms: Mapped[float | None] = mapped_column(Float)

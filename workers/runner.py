@@ -9,10 +9,12 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+import redis
 from pydantic import ValidationError
 
 from schemas.errors import LlmqError, PromptTooLong
 from schemas.events import Timings, Usage
+from schemas.queues import SERVICE_MS_KEY
 from schemas.requests import GenerationRequest
 from schemas.tables import utcnow
 from workers.engine.base import SamplingOptions
@@ -81,6 +83,7 @@ def run_job(runtime: WorkerRuntime, job_id: str) -> None:
         usage=usage,
         timings=timings,
     )
+    record_service_ms(runtime, timings.total_ms - timings.queue_wait_ms)
     publisher.final(
         text=generation.text,
         finish_reason=generation.finish_reason,
@@ -88,6 +91,17 @@ def run_job(runtime: WorkerRuntime, job_id: str) -> None:
         timings=timings,
         worker_id=runtime.worker_id,
     )
+
+
+def record_service_ms(runtime: WorkerRuntime, service_ms: float, alpha: float = 0.2) -> None:
+    """Fold one job's service time into the tier's moving average (load-aware routing)."""
+    try:
+        raw = runtime.redis.hget(SERVICE_MS_KEY, runtime.tier.value)
+        current = float(raw) if raw is not None else service_ms
+        average = (1 - alpha) * current + alpha * service_ms
+        runtime.redis.hset(SERVICE_MS_KEY, runtime.tier.value, average)
+    except redis.RedisError:
+        log.warning("could not record the service time of a %s job", runtime.tier)
 
 
 def generate(runtime: WorkerRuntime, claimed: ClaimedJob, publisher: StreamPublisher) -> Generation:

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
+from producer.routing import Router
 from producer.submission import prepare_submission
 from schemas.errors import InvalidRequest, PromptTooLong
 from schemas.prompt_registry import PromptRegistry
@@ -33,6 +34,7 @@ def prepare(request: object, settings: Settings, **options: str) -> object:
         idempotency_key=None,
         settings=settings,
         prompts=PromptRegistry.load(),
+        router=Router(settings),
     )
 
 

@@ -1,0 +1,72 @@
+"""The difficulty classifier: text in, tier probabilities out, in well under 5 ms."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from producer.router.artifact import RouterArtifact
+from producer.router.embedding import StaticEmbedder
+from producer.router.train import TIERS, Matrix, softmax
+from schemas.queues import Tier
+
+
+@dataclass(frozen=True)
+class Prediction:
+    tier: Tier
+    confidence: float
+    probabilities: dict[str, float]
+    familiarity: float = 1.0
+    """Share of the text's words the router knows; low for gibberish or other languages."""
+
+
+WORD = re.compile(r"[^\W\d_]+")
+
+
+class DifficultyClassifier:
+    """Embeds with the artifact's static table and applies its softmax head."""
+
+    def __init__(self, artifact: RouterArtifact) -> None:
+        ones = np.ones(artifact.vectors.shape[0], dtype=np.float32)
+        tokenizer = Tokenizer.from_str(artifact.tokenizer_json)
+        self._embedder = StaticEmbedder(tokenizer, artifact.vectors, ones)
+        # Whole words of the encoder's vocabulary, plus the training data's own words
+        # ("pls", "thx"): text made mostly of other words is outside what was learned.
+        self._known_words = set(tokenizer.get_vocab()) | set(
+            artifact.metadata.get("known_words", [])
+        )
+        self._mean = artifact.mean
+        self._scale = artifact.scale
+        self._weights = artifact.weights
+        self._bias = artifact.bias
+        self.metadata = artifact.metadata
+
+    def probabilities(self, texts: list[str]) -> Matrix:
+        features = (self._embedder.embed_many(texts) - self._mean) / self._scale
+        return softmax(features.astype(np.float32) @ self._weights + self._bias)
+
+    def predict(self, text: str) -> Prediction:
+        """The most likely tier and its probability (before any policy)."""
+        probs = self.probabilities([text])[0]
+        best = int(probs.argmax())
+        return Prediction(
+            tier=TIERS[best],
+            confidence=float(probs[best]),
+            probabilities={tier.value: float(p) for tier, p in zip(TIERS, probs, strict=True)},
+            familiarity=self.familiarity(text),
+        )
+
+    def familiarity(self, text: str) -> float:
+        """Share of the text's words that are known; 0 for text with no words at all."""
+        words = WORD.findall(text.lower())
+        if not words:
+            return 0.0
+        return sum(word in self._known_words for word in words) / len(words)
+
+
+def training_words(texts: list[str], vocabulary: set[str]) -> list[str]:
+    """Words of the training texts the encoder's vocabulary lacks (sorted, for hashing)."""
+    return sorted({w for t in texts for w in WORD.findall(t.lower())} - vocabulary)

@@ -1,0 +1,115 @@
+"""``llmq route`` and ``llmq router eval|correct`` (plus actions other packages plug in)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from importlib.metadata import entry_points
+from typing import Any
+
+from schemas.errors import InvalidRequest
+from schemas.queues import Tier
+
+
+def register_route(commands: Any) -> None:
+    """Add ``llmq route TEXT`` and ``llmq route --jsonl``."""
+    route = commands.add_parser("route", help="show the tier auto-routing picks, and why")
+    route.add_argument("text", nargs="?", help="the request text")
+    route.add_argument(
+        "--jsonl", action="store_true", help="read JSON lines with a 'text' field from stdin"
+    )
+    route.set_defaults(handler=_route)
+
+
+def register_router(commands: Any) -> None:
+    """Add ``llmq router`` and its actions (``train``/``retrain`` come from the workers)."""
+    router = commands.add_parser("router", help="train, evaluate and correct the router")
+    actions = router.add_subparsers(title="actions", metavar="ACTION", required=True)
+    evaluate = actions.add_parser("eval", help="accuracy and confusion on the validation split")
+    evaluate.add_argument("--json", action="store_true")
+    evaluate.set_defaults(handler=_eval)
+    correct = actions.add_parser("correct", help="record the tier a job should have had")
+    correct.add_argument("job_id")
+    correct.add_argument("tier", choices=[t.value for t in Tier])
+    correct.set_defaults(handler=_correct)
+    for entry in entry_points(group="llmq.router_actions"):
+        try:
+            entry.load()(actions)
+        except ImportError:
+            continue  # e.g. training on a producer-only install
+
+
+def _router() -> Any:
+    from producer.routing import Router
+    from schemas.settings import Settings
+
+    return Router(Settings.from_env())
+
+
+def _route(args: argparse.Namespace) -> int:
+    from producer.routing import Router
+    from schemas.requests import GenerationRequest
+
+    router: Router = _router()
+    if args.jsonl:
+        for number, line in enumerate(sys.stdin, start=1):
+            if not line.strip():
+                continue
+            print(json.dumps(_decide(router, GenerationRequest, line, number)))
+        return 0
+    if args.text is None or not args.text.strip():
+        raise InvalidRequest("give the text to route (it must not be empty), or use --jsonl")
+    decision = router.route(GenerationRequest.from_text(args.text), requested="auto")
+    print(json.dumps(decision.model_dump(mode="json")))
+    return 0
+
+
+def _decide(router: Any, request_type: Any, line: str, number: int) -> dict[str, Any]:
+    problem = f"line {number}: need a JSON object with a non-empty 'text' field"
+    try:
+        text = json.loads(line)["text"]
+    except (ValueError, KeyError, TypeError):
+        return {"line": number, "error": problem}
+    if not isinstance(text, str) or not text.strip():
+        return {"line": number, "error": problem}
+    decision = router.route(request_type.from_text(text), requested="auto")
+    return decision.model_dump(mode="json")  # type: ignore[no-any-return]
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from producer.router.dataset import load_examples
+    from producer.router.evaluation import evaluate_router
+    from schemas.errors import ConfigError
+
+    router = _router()
+    if router.classifier is None:
+        raise ConfigError("no router is trained on this host yet: run llmq router train")
+    validation = [e for e in load_examples() if e.split == "validation"]
+    result = evaluate_router(router.classifier, router.policy, validation).as_dict()
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"validation examples: {len(validation)}   accuracy: {result['accuracy']}")
+    for tier in Tier:
+        precision = result["precision"][tier.value]  # type: ignore[index]
+        recall = result["recall"][tier.value]  # type: ignore[index]
+        print(f"  {tier.value:<7} precision {precision:.3f}  recall {recall:.3f}")
+    print("confusion (rows: true, columns: routed):  small medium large")
+    for tier, row in zip(Tier, result["confusion"], strict=True):  # type: ignore[call-overload]
+        print(f"  {tier.value:<7} " + " ".join(f"{n:>6}" for n in row))
+    return 0
+
+
+def _correct(args: argparse.Namespace) -> int:
+    from producer.router.corrections import correct_tier
+    from schemas.db import make_engine, make_sessions
+    from schemas.settings import Settings
+
+    engine = make_engine(Settings.from_env().database_url)
+    try:
+        correct_tier(make_sessions(engine), args.job_id, Tier(args.tier))
+    finally:
+        engine.dispose()
+    print(f"job {args.job_id} marked as {args.tier}; run llmq router retrain to learn from it")
+    return 0

@@ -1,0 +1,76 @@
+"""From a classifier's prediction (and queue load) to the tier a job is sent to.
+
+Routing errs upward: a large request on a small model hurts quality, a small request
+on a large model only costs money. So a moderate chance of "large" is enough to go
+large, and a low-confidence answer is escalated one tier up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from producer.router.classifier import Prediction
+from schemas.queues import Tier
+
+TIER_ORDER = list(Tier)
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    large_threshold: float = 0.35
+    min_confidence: float = 0.5
+    min_familiarity: float = 0.6
+
+
+@dataclass(frozen=True)
+class PolicyDecision:
+    tier: Tier
+    confidence: float
+    reason: str
+    escalated: bool
+
+
+def one_up(tier: Tier) -> Tier:
+    return TIER_ORDER[min(TIER_ORDER.index(tier) + 1, len(TIER_ORDER) - 1)]
+
+
+def one_down(tier: Tier) -> Tier:
+    return TIER_ORDER[max(TIER_ORDER.index(tier) - 1, 0)]
+
+
+def apply_policy(prediction: Prediction, config: PolicyConfig) -> PolicyDecision:
+    """The tier the policy picks for a prediction, and why."""
+    p_large = prediction.probabilities[Tier.LARGE.value]
+    if prediction.tier is not Tier.LARGE and p_large >= config.large_threshold:
+        return PolicyDecision(
+            Tier.LARGE,
+            prediction.confidence,
+            f"classified {prediction.tier} but p(large)={p_large:.2f} >= "
+            f"{config.large_threshold}: err upward",
+            escalated=True,
+        )
+    if prediction.familiarity < config.min_familiarity and prediction.tier is not Tier.LARGE:
+        tier = one_up(prediction.tier)
+        return PolicyDecision(
+            tier,
+            min(prediction.confidence, prediction.familiarity),
+            f"classified {prediction.tier} but the text is unfamiliar (familiarity "
+            f"{prediction.familiarity:.2f} < {config.min_familiarity}, another language or "
+            f"gibberish?): escalated to {tier}",
+            escalated=True,
+        )
+    if prediction.confidence < config.min_confidence and prediction.tier is not Tier.LARGE:
+        tier = one_up(prediction.tier)
+        return PolicyDecision(
+            tier,
+            prediction.confidence,
+            f"classified {prediction.tier} with low confidence "
+            f"{prediction.confidence:.2f} < {config.min_confidence}: escalated to {tier}",
+            escalated=True,
+        )
+    return PolicyDecision(
+        prediction.tier,
+        prediction.confidence,
+        f"classified {prediction.tier} ({prediction.confidence:.2f})",
+        escalated=False,
+    )

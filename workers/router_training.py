@@ -1,0 +1,90 @@
+"""``llmq router train``: distil the encoder, fit the head, write a versioned artifact.
+
+Needs torch (the worker extra) for the distillation; the artifact it writes needs only
+numpy and tokenizers, so producers load it anywhere.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from producer.router.artifact import RouterArtifact, save_artifact
+from producer.router.classifier import DifficultyClassifier, training_words
+from producer.router.dataset import Example, data_hash, load_examples
+from producer.router.embedding import StaticEmbedder
+from producer.router.evaluation import evaluate_router
+from producer.router.policy import PolicyConfig
+from producer.router.train import TIERS, HeadConfig, Matrix, train_head
+from schemas.settings import Settings
+from workers.router_distill import contextual_vectors, distill, teacher_dir
+
+log = logging.getLogger(__name__)
+
+TEACHER = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def train_router(
+    settings: Settings, *, seed: int = 7, extra: list[Example] | None = None
+) -> tuple[Path, dict[str, Any]]:
+    """Train on the repository's data (plus ``extra`` training examples); return path, metrics."""
+    examples = load_examples() + list(extra or [])
+    train = [e for e in examples if e.split == "train"]
+    validation = [e for e in examples if e.split == "validation"]
+    model_dir = teacher_dir()
+    vectors = contextual_vectors(
+        model_dir, base_vectors(settings, model_dir), [e.text for e in train]
+    )
+    tokenizer_json = (model_dir / "tokenizer.json").read_text()
+    config = HeadConfig(seed=seed)
+    mean, scale, weights, bias = fit(tokenizer_json, vectors, train, config)
+    policy = PolicyConfig(settings.router_large_threshold, settings.router_min_confidence)
+    vocabulary = set(Tokenizer.from_str(tokenizer_json).get_vocab())
+    known_words = training_words([e.text for e in train], vocabulary)
+    draft = RouterArtifact(
+        tokenizer_json, vectors, mean, scale, weights, bias, {"known_words": known_words}
+    )
+    metrics = evaluate_router(DifficultyClassifier(draft), policy, validation).as_dict()
+    metadata = {
+        "known_words": known_words,
+        "teacher": TEACHER,
+        "data_hash": data_hash(examples),
+        "train_examples": len(train),
+        "validation_examples": len(validation),
+        "head": asdict(config),
+        "policy": asdict(policy),
+        "validation": metrics,
+    }
+    artifact = RouterArtifact(tokenizer_json, vectors, mean, scale, weights, bias, metadata)
+    return save_artifact(artifact, settings.router_folder), metadata
+
+
+def fit(
+    tokenizer_json: str, vectors: Matrix, train: list[Example], config: HeadConfig
+) -> tuple[Matrix, Matrix, Matrix, Matrix]:
+    """Standardisation and softmax head over the static embeddings of ``train``."""
+    ones = np.ones(vectors.shape[0], dtype=np.float32)
+    embedder = StaticEmbedder(Tokenizer.from_str(tokenizer_json), vectors, ones)
+    features = embedder.embed_many([e.text for e in train])
+    mean = features.mean(axis=0).astype(np.float32)
+    scale = (features.std(axis=0) + 1e-6).astype(np.float32)
+    labels = np.array([TIERS.index(e.tier) for e in train], dtype=np.int64)
+    weights, bias = train_head(((features - mean) / scale).astype(np.float32), labels, config)
+    return mean, scale, weights, bias
+
+
+def base_vectors(settings: Settings, model_dir: Path) -> Matrix:
+    """The single-token distillation, computed once per host and cached."""
+    cache = settings.router_folder / "base-vectors.npy"
+    if cache.is_file():
+        cached: Matrix = np.load(cache)
+        return cached
+    vectors = distill(model_dir)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    np.save(cache, vectors)
+    return vectors
