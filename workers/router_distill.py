@@ -85,3 +85,24 @@ def contextual_vectors(
     vectors[seen] = (sums[seen] / counts[seen][:, None]).astype(np.float32)
     vectors[seen] /= np.linalg.norm(vectors[seen], axis=1, keepdims=True)
     return vectors
+
+
+def teacher_latency_ms(model_dir: Path, texts: list[str]) -> list[float]:
+    """Per-query time of the full encoder (tokenize, forward, mean-pool): the baseline."""
+    import time
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModel.from_pretrained(model_dir).eval()
+    timings = []
+    with torch.inference_mode():
+        for text in texts:
+            started = time.perf_counter()
+            encoded = tokenizer(text, return_tensors="pt", truncation=True, max_length=256)
+            pooled = model(**encoded).last_hidden_state.mean(dim=1)
+            torch.nn.functional.normalize(pooled, dim=-1)
+            timings.append((time.perf_counter() - started) * 1000.0)
+    return timings

@@ -40,6 +40,14 @@ def register(commands: Any) -> None:
     gateway.add_argument("--port", type=int, default=8765)
     gateway.set_defaults(handler=_gateway)
 
+    classifier = kinds.add_parser("classifier", help="routing classifier latency and accuracy")
+    classifier.add_argument("-n", "--samples", type=int, default=1000)
+    classifier.add_argument("--json", action="store_true", help="print only the JSON result")
+    classifier.add_argument(
+        "--baseline-samples", type=int, default=200, help="queries through the full encoder"
+    )
+    classifier.set_defaults(handler=_classifier)
+
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tier", default="small", choices=[t.value for t in Tier])
@@ -92,6 +100,32 @@ def _gateway(args: argparse.Namespace) -> int:
         port=args.port,
     )
     return _emit(result, args.json)
+
+
+def _classifier(args: argparse.Namespace) -> int:
+    from producer.router.bench import run_classifier_bench
+    from producer.routing import Router
+    from schemas.errors import ConfigError
+    from schemas.settings import Settings
+
+    router = Router(Settings.from_env())
+    if router.classifier is None:
+        raise ConfigError("no router is trained on this host yet: run llmq router train")
+    result = run_classifier_bench(router.classifier, router.policy, samples=args.samples)
+    result.update(_teacher_baseline(args.baseline_samples))
+    return _emit(result, args.json)
+
+
+def _teacher_baseline(samples: int) -> dict[str, Any]:
+    # The same kind of queries through the full all-MiniLM-L6-v2 encoder, in this run.
+    import statistics
+
+    from producer.router.dataset import load_examples
+    from workers.router_distill import teacher_dir, teacher_latency_ms
+
+    texts = [f"{e.text} (case {i})" for i, e in enumerate(load_examples()[: samples + 20])]
+    timings = teacher_latency_ms(teacher_dir(), texts)[20:]
+    return {"teacher_encode_p50_ms": round(statistics.median(timings), 3)}
 
 
 def _emit(result: dict[str, Any], only_json: bool) -> int:

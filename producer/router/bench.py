@@ -1,0 +1,45 @@
+"""``llmq bench classifier``: single-query latency (embedding included) and quality."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from producer.router.classifier import DifficultyClassifier
+from producer.router.dataset import load_examples
+from producer.router.evaluation import evaluate_router
+from producer.router.policy import PolicyConfig, apply_policy
+
+WARMUP = 50
+
+
+def run_classifier_bench(
+    classifier: DifficultyClassifier, policy: PolicyConfig, *, samples: int
+) -> dict[str, Any]:
+    """Time ``samples`` single routing decisions on distinct texts, then score validation.
+
+    Every timed text is new to the classifier (a numbered variant of a dataset request),
+    so its cache of repeated texts never answers for it.
+    """
+    examples = load_examples()
+    texts = [f"{examples[i % len(examples)].text} (ticket {i})" for i in range(WARMUP + samples)]
+    timings = []
+    for index, text in enumerate(texts):
+        started = time.perf_counter()
+        apply_policy(classifier.predict(text), policy)
+        if index >= WARMUP:
+            timings.append((time.perf_counter() - started) * 1000.0)
+    validation = [e for e in examples if e.split == "validation"]
+    quality = evaluate_router(classifier, policy, validation)
+    timings.sort()
+    return {
+        "bench": "classifier",
+        "n": samples,
+        "p50_ms": round(statistics.median(timings), 3),
+        "p99_ms": round(timings[int(0.99 * (len(timings) - 1))], 3),
+        "accuracy": round(quality.accuracy, 4),
+        "large_recall": round(quality.recall["large"], 4),
+        "validation_examples": len(validation),
+        "artifact_data_hash": classifier.metadata.get("data_hash"),
+    }
