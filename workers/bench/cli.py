@@ -48,6 +48,15 @@ def register(commands: Any) -> None:
     )
     classifier.set_defaults(handler=_classifier)
 
+    routing = kinds.add_parser("routing", help="mixed-workload simulation: routed vs all-large")
+    routing.add_argument("--profile", default="deploy/profiles/gpu-h100.json")
+    routing.add_argument("--mix", default="0.6,0.25,0.15", help="small,medium,large shares")
+    routing.add_argument("--requests", type=int, default=2000)
+    routing.add_argument("--seed", type=int, default=7)
+    routing.add_argument("--output-tokens", type=int, default=200, help="per request")
+    routing.add_argument("--json", action="store_true", help="print only the JSON result")
+    routing.set_defaults(handler=_routing)
+
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tier", default="small", choices=[t.value for t in Tier])
@@ -126,6 +135,34 @@ def _teacher_baseline(samples: int) -> dict[str, Any]:
     texts = [f"{e.text} (case {i})" for i, e in enumerate(load_examples()[: samples + 20])]
     timings = teacher_latency_ms(teacher_dir(), texts)[20:]
     return {"teacher_encode_p50_ms": round(statistics.median(timings), 3)}
+
+
+def _routing(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from producer.routing import Router
+    from schemas.errors import ConfigError
+    from schemas.settings import Settings
+    from workers.bench.routing import run_routing
+
+    settings = Settings.from_env()
+    router = Router(settings)
+    if router.classifier is None:
+        raise ConfigError("no router is trained on this host yet: run llmq router train")
+    shares = [float(x) for x in args.mix.split(",")]
+    if len(shares) != len(Tier) or abs(sum(shares) - 1) > 1e-6:
+        raise ConfigError("--mix needs three shares (small,medium,large) that add up to 1")
+    result = run_routing(
+        settings,
+        router.classifier,
+        router.policy,
+        profile_path=Path(args.profile),
+        mix=dict(zip(Tier, shares, strict=True)),
+        requests=args.requests,
+        seed=args.seed,
+        output_tokens=args.output_tokens,
+    )
+    return _emit(result, args.json)
 
 
 def _emit(result: dict[str, Any], only_json: bool) -> int:
