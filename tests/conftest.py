@@ -14,9 +14,11 @@ import pytest
 import redis
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
 
 import migrations
 from schemas.settings import Settings
+from schemas.tables import Job
 
 REDIS_BASE = os.environ.get("LLMQ_TEST_REDIS", "redis://127.0.0.1:6379")
 POSTGRES_BASE = os.environ.get(
@@ -38,6 +40,16 @@ def postgres_database(name: str) -> str:
     url = admin_url.set(database=name).render_as_string(hide_password=False)
     migrations.upgrade(url)
     return url
+
+
+def job_row(database_url: str, job_id: str) -> Job:
+    """A job row as the database holds it now."""
+    engine = create_engine(database_url)
+    with Session(engine) as session:
+        job = session.get(Job, job_id)
+    engine.dispose()
+    assert job is not None, f"no row for job {job_id}"
+    return job
 
 
 def truncate_jobs(url: str) -> None:

@@ -8,8 +8,6 @@ import time
 
 import pytest
 import redis
-from sqlalchemy import create_engine
-from sqlalchemy.orm import Session
 
 from producer.client import Client
 from schemas.errors import JobFailed
@@ -17,7 +15,7 @@ from schemas.events import TokenEvent
 from schemas.jobs import JobStatus
 from schemas.queues import event_log_key
 from schemas.settings import Settings
-from schemas.tables import Job
+from tests.conftest import job_row
 
 pytestmark = pytest.mark.e2e
 
@@ -26,15 +24,6 @@ SHORT = {"max_tokens": 16, "temperature": 0.0}
 
 def ask(text: str, **fields: object) -> dict[str, object]:
     return {"messages": [{"role": "user", "content": text}], **SHORT, **fields}
-
-
-def row(settings: Settings, job_id: str) -> Job:
-    engine = create_engine(settings.database_url)
-    with Session(engine) as session:
-        job = session.get(Job, job_id)
-    engine.dispose()
-    assert job is not None
-    return job
 
 
 def test_streamed_tokens_add_up_to_the_final_text_and_the_row_is_complete(
@@ -48,7 +37,7 @@ def test_streamed_tokens_add_up_to_the_final_text_and_the_row_is_complete(
     result = handle.result()
     assert "".join(t.text for t in tokens) == result.text
     assert result.worker_id == worker
-    job = row(e2e_settings, handle.job_id)
+    job = job_row(e2e_settings.database_url, handle.job_id)
     assert job.status == JobStatus.DONE
     assert job.output_text == result.text
     assert job.worker_id == worker

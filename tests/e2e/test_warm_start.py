@@ -6,26 +6,15 @@ import time
 
 import pytest
 import redis
-from sqlalchemy import create_engine
-from sqlalchemy.orm import Session
 
 from producer.client import Client
 from schemas.jobs import JobStatus
 from schemas.queues import Tier, worker_key
 from schemas.settings import Settings
-from schemas.tables import Job
+from tests.conftest import job_row
 from workers.supervise import start_worker_process, stop_process, wait_until_warm
 
 pytestmark = pytest.mark.e2e
-
-
-def row(settings: Settings, job_id: str) -> Job:
-    engine = create_engine(settings.database_url)
-    with Session(engine) as session:
-        job = session.get(Job, job_id)
-    engine.dispose()
-    assert job is not None
-    return job
 
 
 def test_a_registered_2k_prompt_is_a_cache_hit_on_first_use(
@@ -41,7 +30,7 @@ def test_a_registered_2k_prompt_is_a_cache_hit_on_first_use(
     assert result.usage.prompt_tokens > 2000
     # The engine's own count: nearly the whole system prompt came from the prefix cache.
     assert result.usage.cached_prompt_tokens >= 0.9 * 2000
-    job = row(e2e_settings, result.job_id)
+    job = job_row(e2e_settings.database_url, result.job_id)
     assert job.cached_prompt_tokens == result.usage.cached_prompt_tokens
     assert job.engine_warm is True
     entry = redis.Redis.from_url(e2e_settings.broker_url)
@@ -79,7 +68,7 @@ def test_a_worker_takes_no_job_before_it_is_warm(
         warm_at = float(registry.hget(worker_key(worker_id), "warm_at") or 0)
         result = handle.result(timeout=120)
         assert result.worker_id == worker_id
-        started = row(e2e_settings, handle.job_id).started_at
+        started = job_row(e2e_settings.database_url, handle.job_id).started_at
         assert started is not None
         assert started.timestamp() >= warm_at
     finally:
