@@ -58,3 +58,7 @@ class ConfigError(LlmqError):
 
 class EngineError(LlmqError):
     """The inference engine failed to start or to generate."""
+
+
+class EngineDead(EngineError):
+    """The engine's process died; this worker cannot serve until it restarts."""

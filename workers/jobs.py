@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -13,6 +16,8 @@ from schemas.errors import DatabaseUnavailable
 from schemas.events import Timings, Usage
 from schemas.jobs import JobStatus
 from schemas.tables import Job, utcnow
+
+log = logging.getLogger(__name__)
 
 CLAIMABLE = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
 
@@ -101,6 +106,27 @@ def fail_job(sessions: sessionmaker[Session], job_id: str, message: str) -> None
         job.status = JobStatus.FAILED.value
         job.error = message
         job.finished_at = utcnow()
+
+
+DB_RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+def with_db_retry(write: Callable[[], None], *, what: str) -> None:
+    """Run a database write, retrying through a short outage.
+
+    A job whose output exists must not lose its record to a database blip; if the
+    database stays down, the outcome is still published on the stream and this is logged.
+    """
+    for delay in (*DB_RETRY_DELAYS_S, None):
+        try:
+            write()
+            return
+        except SQLAlchemyError:
+            if delay is None:
+                log.exception("could not %s; the database stayed unavailable", what)
+                return
+            log.warning("could not %s; retrying in %.1f s", what, delay)
+            time.sleep(delay)
 
 
 def elapsed_ms(start: datetime, end: datetime) -> float:

@@ -12,13 +12,20 @@ from dataclasses import dataclass, field
 import redis
 from pydantic import ValidationError
 
-from schemas.errors import LlmqError, PromptTooLong
+from schemas.errors import EngineDead, LlmqError, PromptTooLong
 from schemas.events import Timings, Usage
 from schemas.queues import SERVICE_MS_KEY
 from schemas.requests import GenerationRequest
 from schemas.tables import utcnow
 from workers.engine.base import SamplingOptions
-from workers.jobs import ClaimedJob, claim_job, elapsed_ms, fail_job, finish_job
+from workers.jobs import (
+    ClaimedJob,
+    claim_job,
+    elapsed_ms,
+    fail_job,
+    finish_job,
+    with_db_retry,
+)
 from workers.publisher import StreamPublisher
 from workers.runtime import WorkerRuntime
 
@@ -58,6 +65,10 @@ def run_job(runtime: WorkerRuntime, job_id: str) -> None:
         publisher.reset()
     try:
         generation = generate(runtime, claimed, publisher)
+    except EngineDead as exc:
+        _fail(runtime, publisher, job_id, f"{exc}; the worker is restarting")
+        runtime.on_engine_dead()
+        return
     except LlmqError as exc:
         _fail(runtime, publisher, job_id, str(exc))
         return
@@ -75,13 +86,16 @@ def run_job(runtime: WorkerRuntime, job_id: str) -> None:
         completion_tokens=generation.completion_tokens,
         cached_prompt_tokens=generation.cached_prompt_tokens,
     )
-    finish_job(
-        runtime.sessions,
-        job_id,
-        text=generation.text,
-        finish_reason=generation.finish_reason,
-        usage=usage,
-        timings=timings,
+    with_db_retry(
+        lambda: finish_job(
+            runtime.sessions,
+            job_id,
+            text=generation.text,
+            finish_reason=generation.finish_reason,
+            usage=usage,
+            timings=timings,
+        ),
+        what=f"record the result of job {job_id}",
     )
     record_service_ms(runtime, timings.total_ms - timings.queue_wait_ms)
     publisher.final(
@@ -170,5 +184,5 @@ def _check_context(prompt_tokens: int, max_tokens: int, runtime: WorkerRuntime) 
 
 def _fail(runtime: WorkerRuntime, publisher: StreamPublisher, job_id: str, message: str) -> None:
     log.warning("job %s failed: %s", job_id, message)
-    fail_job(runtime.sessions, job_id, message)
+    with_db_retry(lambda: fail_job(runtime.sessions, job_id, message), what=f"fail job {job_id}")
     publisher.error(message)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import redis
@@ -28,3 +29,5 @@ class WorkerRuntime:
     prompts: PromptCatalog
     prefix_stats: PrefixCacheStats = field(default_factory=PrefixCacheStats)
     warm: threading.Event = field(default_factory=threading.Event)
+    on_engine_dead: Callable[[], None] = lambda: None
+    """Called once the engine is found dead; the worker stops so it can be restarted."""

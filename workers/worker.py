@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import sys
 from dataclasses import dataclass
@@ -76,6 +77,7 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
             redis=client,
             sessions=make_sessions(db),
             prompts=PromptCatalog(settings.prompts_dir),
+            on_engine_dead=stop_this_worker,
         )
         registration.track(engine.in_flight, runtime.prefix_stats.snapshot)
         warm_up(engine, concurrency=min(concurrency, 4))
@@ -120,6 +122,12 @@ def _consume(runtime: WorkerRuntime, options: WorkerOptions, concurrency: int) -
     )
     worker.start()
     return int(worker.exitcode or 0)
+
+
+def stop_this_worker() -> None:
+    """Ask Celery for a warm shutdown: running jobs end, then the supervisor restarts us."""
+    log.error("the engine died; stopping this worker so it can be restarted")
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _require_redis(client: redis.Redis, url: str) -> None:

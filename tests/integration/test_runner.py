@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 
 import pytest
 import redis
@@ -16,7 +17,7 @@ import redis
 from producer.aio import AsyncClient
 from producer.client import Client
 from schemas.db import make_engine, make_sessions
-from schemas.errors import EngineError, JobFailed
+from schemas.errors import EngineDead, EngineError, JobFailed
 from schemas.events import ErrorEvent, FinalEvent, TokenEvent
 from schemas.jobs import JobStatus
 from schemas.prompt_registry import PromptCatalog
@@ -206,3 +207,25 @@ def test_the_registered_system_prompt_comes_first_byte_for_byte(
         "content": runtime.prompts.registry.resolve("support@1").text,
     }
     assert user == {"role": "user", "content": "Where is my order?"}
+
+
+class DyingEngine(ScriptedEngine):
+    def stream(
+        self, prompt_token_ids: list[int], options: SamplingOptions, request_id: str
+    ) -> Iterator[Delta]:
+        raise EngineDead("the engine process died: EngineCore exited")
+        yield  # pragma: no cover - makes this a generator
+
+
+def test_a_dead_engine_fails_the_job_and_stops_the_worker(integration_settings: Settings) -> None:
+    stopped: list[bool] = []
+    runtime = replace(
+        runtime_for(integration_settings, DyingEngine(["x"])),
+        on_engine_dead=lambda: stopped.append(True),
+    )
+    with Client(integration_settings) as client:
+        handle = client.submit("hi")
+        run_job(runtime, handle.job_id)
+        with pytest.raises(JobFailed, match="the worker is restarting"):
+            handle.result(timeout=5)
+    assert stopped == [True]

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from schemas.errors import EngineError
+from schemas.errors import EngineDead, EngineError
 from schemas.settings import TierConfig
 from workers.engine.base import Delta, SamplingOptions
 
@@ -43,6 +43,7 @@ class VllmEngine:
         self._tokenizer: Any = None
         self._tokenizer_lock = threading.Lock()
         self._closed = False
+        self.dead = False
 
     @classmethod
     def start(cls, *, model_path: str, config: TierConfig) -> VllmEngine:
@@ -97,6 +98,9 @@ class VllmEngine:
                 if item is _END:
                     return
                 if isinstance(item, BaseException):
+                    if type(item).__name__ == "EngineDeadError":
+                        self.dead = True
+                        raise EngineDead(f"the engine process died: {item}") from item
                     raise EngineError(f"generation failed: {item}") from item
                 yield item
         finally:
