@@ -138,6 +138,11 @@ class Client:
         return self._prompts.reload()
 
     @property
+    def redis(self) -> redis.Redis:
+        """The Redis connection this client publishes and streams with."""
+        return self._redis
+
+    @property
     def sessions(self) -> sessionmaker[Session]:
         """The job database's session factory (for read-only lookups such as API keys)."""
         return self._sessions

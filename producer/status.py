@@ -53,16 +53,21 @@ def render_status(client: redis.Redis) -> str:
         lines.append("no workers running (start one with: llmq worker --tier small)")
         return "\n".join(lines)
     lines.append(
-        "WORKER                              TIER    ENGINE  IN-FLIGHT  SLOTS  PREFIX HITS"
+        "WORKER                              TIER    ENGINE  IN-FLIGHT  FREE/SLOTS  PREFIX HITS"
     )
     for worker in workers:
         engine = "warm" if worker.get("warm") else "warming"
         lines.append(
             f"{worker.get('worker_id', '?'):<35} {worker.get('tier', '?'):<7} {engine:<7} "
-            f"{worker.get('in_flight', 0):>9}  {worker.get('concurrency', 0):>5}  "
+            f"{worker.get('in_flight', 0):>9}  {_free(worker):>10}  "
             f"{_hits(worker)}"
         )
     return "\n".join(lines)
+
+
+def _free(worker: dict[str, Any]) -> str:
+    slots = int(worker.get("concurrency") or 0)
+    return f"{max(0, slots - int(worker.get('in_flight') or 0))}/{slots}"
 
 
 def _hits(worker: dict[str, Any]) -> str:

@@ -20,6 +20,9 @@ def register_worker(commands: Any) -> None:
     worker.add_argument(
         "--concurrency", type=int, default=None, help="jobs at once (default: the tier's)"
     )
+    worker.add_argument(
+        "--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port"
+    )
     worker.set_defaults(handler=_worker)
 
 
@@ -28,7 +31,11 @@ def _worker(args: argparse.Namespace) -> int:
     from workers.worker import WorkerOptions, run_worker
 
     options = WorkerOptions(
-        tier=Tier(args.tier), gpu=args.gpu, concurrency=args.concurrency, loglevel="INFO"
+        tier=Tier(args.tier),
+        gpu=args.gpu,
+        concurrency=args.concurrency,
+        loglevel="INFO",
+        metrics_port=args.metrics_port,
     )
     return run_worker(Settings.from_env(), options)
 

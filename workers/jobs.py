@@ -29,6 +29,7 @@ class ClaimedJob:
     id: str
     request: dict[str, object]
     tier: str
+    priority: str
     created_at: datetime
     started_at: datetime
     attempt: int
@@ -52,7 +53,7 @@ def claim_job(
             engine_warm=engine_warm,
             attempts=Job.attempts + 1,
         )
-        .returning(Job.request, Job.tier, Job.created_at, Job.attempts)
+        .returning(Job.request, Job.tier, Job.priority, Job.created_at, Job.attempts)
     )
     try:
         with sessions.begin() as session:
@@ -65,6 +66,7 @@ def claim_job(
         id=job_id,
         request=dict(row.request),
         tier=row.tier,
+        priority=row.priority,
         created_at=_aware(row.created_at),
         started_at=now,
         attempt=row.attempts,

@@ -66,15 +66,15 @@ def run_job(runtime: WorkerRuntime, job_id: str) -> None:
     try:
         generation = generate(runtime, claimed, publisher)
     except EngineDead as exc:
-        _fail(runtime, publisher, job_id, f"{exc}; the worker is restarting")
+        _fail(runtime, publisher, claimed, f"{exc}; the worker is restarting")
         runtime.on_engine_dead()
         return
     except LlmqError as exc:
-        _fail(runtime, publisher, job_id, str(exc))
+        _fail(runtime, publisher, claimed, str(exc))
         return
     except Exception as exc:
         log.exception("job %s failed unexpectedly", job_id)
-        _fail(runtime, publisher, job_id, f"internal worker error ({exc.__class__.__name__})")
+        _fail(runtime, publisher, claimed, f"internal worker error ({exc.__class__.__name__})")
         return
     timings = Timings(
         queue_wait_ms=elapsed_ms(claimed.created_at, claimed.started_at),
@@ -98,6 +98,14 @@ def run_job(runtime: WorkerRuntime, job_id: str) -> None:
         what=f"record the result of job {job_id}",
     )
     record_service_ms(runtime, timings.total_ms - timings.queue_wait_ms)
+    if runtime.metrics is not None:
+        runtime.metrics.observe_done(
+            claimed.priority,
+            queue_wait_ms=timings.queue_wait_ms,
+            ttft_ms=timings.ttft_ms,
+            total_ms=timings.total_ms,
+            completion_tokens=usage.completion_tokens,
+        )
     publisher.final(
         text=generation.text,
         finish_reason=generation.finish_reason,
@@ -182,7 +190,12 @@ def _check_context(prompt_tokens: int, max_tokens: int, runtime: WorkerRuntime) 
         )
 
 
-def _fail(runtime: WorkerRuntime, publisher: StreamPublisher, job_id: str, message: str) -> None:
+def _fail(
+    runtime: WorkerRuntime, publisher: StreamPublisher, claimed: ClaimedJob, message: str
+) -> None:
+    job_id = claimed.id
     log.warning("job %s failed: %s", job_id, message)
+    if runtime.metrics is not None:
+        runtime.metrics.observe_failed(claimed.priority)
     with_db_retry(lambda: fail_job(runtime.sessions, job_id, message), what=f"fail job {job_id}")
     publisher.error(message)

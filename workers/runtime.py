@@ -13,6 +13,7 @@ from schemas.prompt_registry import PromptCatalog
 from schemas.queues import Tier
 from schemas.settings import Settings
 from workers.engine.base import Engine
+from workers.metrics import WorkerMetrics
 from workers.prefix import PrefixCacheStats
 
 
@@ -29,5 +30,6 @@ class WorkerRuntime:
     prompts: PromptCatalog
     prefix_stats: PrefixCacheStats = field(default_factory=PrefixCacheStats)
     warm: threading.Event = field(default_factory=threading.Event)
+    metrics: WorkerMetrics | None = None
     on_engine_dead: Callable[[], None] = lambda: None
     """Called once the engine is found dead; the worker stops so it can be restarted."""

@@ -23,11 +23,14 @@ def start_worker_process(
     *,
     concurrency: int | None = None,
     output: IO[bytes] | None = None,
+    metrics_port: int | None = None,
 ) -> subprocess.Popen[bytes]:
     """Run ``llmq worker --tier <tier>`` against ``settings``' broker and database."""
     command = [sys.executable, "-m", "producer.cli", "worker", "--tier", tier.value]
     if concurrency:
         command += ["--concurrency", str(concurrency)]
+    if metrics_port is not None:
+        command += ["--metrics-port", str(metrics_port)]
     env = {
         **os.environ,
         "LLMQ_BROKER_URL": settings.broker_url,

@@ -18,6 +18,7 @@ from schemas.queues import Tier, tier_queues
 from schemas.settings import Settings
 from workers.app import make_app
 from workers.engine.vllm import VllmEngine
+from workers.metrics import WorkerMetrics
 from workers.models import resolve_model
 from workers.registry import WorkerRegistration
 from workers.runtime import WorkerRuntime
@@ -34,6 +35,7 @@ class WorkerOptions:
     gpu: str | None = None
     concurrency: int | None = None
     loglevel: str = "INFO"
+    metrics_port: int | None = None
 
 
 def make_worker_id(tier: Tier) -> str:
@@ -78,7 +80,13 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
             sessions=make_sessions(db),
             prompts=PromptCatalog(settings.prompts_dir),
             on_engine_dead=stop_this_worker,
+            metrics=WorkerMetrics(
+                tier=options.tier.value, slots=concurrency, in_flight=engine.in_flight
+            ),
         )
+        if options.metrics_port is not None and runtime.metrics is not None:
+            runtime.metrics.serve(options.metrics_port)
+            log.info("metrics on :%d/metrics", options.metrics_port)
         registration.track(engine.in_flight, runtime.prefix_stats.snapshot)
         warm_up(engine, concurrency=min(concurrency, 4))
         keep_warm = KeepWarm(

@@ -33,6 +33,7 @@ from producer.gateway.ratelimit import over_limit
 from producer.gateway.sse import sse_events
 from producer.jobs import load_job
 from producer.keys import KeyIdentity, authenticate
+from producer.queue_metrics import QueueCollector
 from schemas.errors import LlmqError
 from schemas.queues import Priority, Tier
 from schemas.settings import Settings
@@ -61,6 +62,9 @@ class Gateway:
     @asynccontextmanager
     async def lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
         self._client = await asyncio.to_thread(AsyncClient, self.settings)
+        self.metrics.registry.register(
+            QueueCollector(self._client.sync.redis, self._client.sync.sessions)
+        )
         yield
         await self._client.aclose()
 

@@ -12,7 +12,10 @@ from schemas.errors import EngineError
 from schemas.queues import Tier
 from schemas.settings import Settings
 from tests.conftest import E2E_REDIS_DB, REDIS_BASE, postgres_database, truncate_jobs
+from tests.gateway_server import free_port
 from workers.supervise import start_worker_process, stop_process, wait_until_warm
+
+WORKER_METRICS_PORT = free_port()
 
 
 @pytest.fixture(scope="session")
@@ -29,7 +32,9 @@ def worker(e2e_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> 
     """Start ``llmq worker --tier small`` and wait until it reports warm; yield its id."""
     log_path = tmp_path_factory.mktemp("worker") / "worker.log"
     with log_path.open("wb") as log:
-        process = start_worker_process(e2e_settings, Tier.SMALL, concurrency=8, output=log)
+        process = start_worker_process(
+            e2e_settings, Tier.SMALL, concurrency=8, output=log, metrics_port=WORKER_METRICS_PORT
+        )
     try:
         yield wait_until_warm(e2e_settings, Tier.SMALL, process, timeout=600)
     except EngineError as exc:

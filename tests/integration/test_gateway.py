@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from producer.client import Client
 from producer.keys import create_key
 from schemas.db import make_engine, make_sessions
 from schemas.queues import Priority, Tier
@@ -186,7 +187,21 @@ def test_jobs_are_private_and_streams_resume_from_last_event_id(
     assert_openai_error(stolen, 404, "not_found")
 
 
-def test_health_readiness_and_metrics(gateway: httpx.Client) -> None:
+def test_health_readiness_and_metrics(
+    gateway: httpx.Client, integration_settings: Settings
+) -> None:
     assert gateway.get("/healthz").json() == {"status": "ok"}
     assert gateway.get("/readyz").json() == {"status": "ready"}
-    assert "llmq_gateway_requests" in gateway.get("/metrics").text
+    with Client(integration_settings) as client:
+        for _ in range(3):
+            client.submit("hello", tier="small", priority="batch")
+    text = gateway.get("/metrics").text
+    assert "llmq_gateway_requests" in text
+    series = {
+        line.split(" ")[0]: float(line.split(" ")[1])
+        for line in text.splitlines()
+        if line.startswith("llmq_queue_")
+    }
+    assert series['llmq_queue_depth{queue="llm.small.interactive"}'] == 0
+    assert series['llmq_queue_depth{queue="llm.small.batch"}'] == 3
+    assert series['llmq_queue_oldest_age_seconds{queue="llm.small.batch"}'] > 0
