@@ -28,3 +28,19 @@ def test_every_worker_is_pinned_to_exactly_one_gpu() -> None:
         assert service["command"][:2] == ["worker", "--tier"]
         assert "--gpu" in service["command"]
     assert len(seen_gpus) == len(workers)
+
+
+def test_kubernetes_workers_take_one_gpu_and_keda_scales_each_on_its_queues() -> None:
+    for tier in ("small", "medium", "large"):
+        deployment = yaml.safe_load((ROOT / f"deploy/k8s/worker-{tier}.yaml").read_text())
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        assert container["args"][:3] == ["worker", "--tier", tier]
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    scaled = list(yaml.safe_load_all((ROOT / "deploy/k8s/keda-scaledobjects.yaml").read_text()))
+    by_target = {s["spec"]["scaleTargetRef"]["name"]: s for s in scaled}
+    assert set(by_target) == {f"llmq-worker-{t}" for t in ("small", "medium", "large")}
+    for tier in ("small", "medium", "large"):
+        lists = {
+            t["metadata"]["listName"] for t in by_target[f"llmq-worker-{tier}"]["spec"]["triggers"]
+        }
+        assert lists == {f"llm.{tier}.interactive", f"llm.{tier}.batch"}
