@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -22,7 +23,11 @@ LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 
 
 def run_up(settings: Settings, *, tier: Tier, concurrency: int | None) -> int:
-    """Bring the stack up, wait for the worker to be warm, serve until Ctrl-C."""
+    """Bring the stack up, wait for the worker to be warm, serve until Ctrl-C (or SIGTERM)."""
+    # Stop the same way on Ctrl-C and on SIGTERM from a supervisor, even when started
+    # from a shell that ignores SIGINT for background jobs.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     with local_redis(settings.broker_url):
         _run(["db", "upgrade"])
         say(f"database ready: {settings.database_url}")
@@ -41,6 +46,10 @@ def run_up(settings: Settings, *, tier: Tier, concurrency: int | None) -> int:
             return 0
         finally:
             stop_process(worker)
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def say(message: str) -> None:
