@@ -75,37 +75,3 @@ def _up(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     tier = Tier(args.tier) if args.tier else settings.default_tier
     return run_up(settings, tier=tier, concurrency=args.concurrency)
-
-
-def register_router_actions(actions: Any) -> None:
-    """Add ``llmq router train`` and ``llmq router retrain`` (they need torch)."""
-    train = actions.add_parser("train", help="distil the encoder and train the router")
-    train.add_argument("--seed", type=int, default=7)
-    train.set_defaults(handler=_train_router, with_corrections=False)
-    retrain = actions.add_parser(
-        "retrain", help="train again, adding the job rows an operator corrected"
-    )
-    retrain.add_argument("--seed", type=int, default=7)
-    retrain.set_defaults(handler=_train_router, with_corrections=True)
-
-
-def _train_router(args: argparse.Namespace) -> int:
-    import json
-
-    from schemas.settings import Settings
-    from workers.router_training import train_router
-
-    settings = Settings.from_env()
-    extra = []
-    if args.with_corrections:
-        from producer.router.corrections import corrected_examples
-        from schemas.db import make_engine, make_sessions
-
-        engine = make_engine(settings.database_url)
-        try:
-            extra = corrected_examples(make_sessions(engine))
-        finally:
-            engine.dispose()
-    path, metadata = train_router(settings, seed=args.seed, extra=extra)
-    print(json.dumps({"artifact": str(path), "corrections": len(extra), **metadata}))
-    return 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from importlib.metadata import entry_points
 from typing import Any
 
 from schemas.errors import InvalidRequest
@@ -23,7 +22,7 @@ def register_route(commands: Any) -> None:
 
 
 def register_router(commands: Any) -> None:
-    """Add ``llmq router`` and its actions (``train``/``retrain`` come from the workers)."""
+    """Add ``llmq router eval|correct|train|retrain``."""
     router = commands.add_parser("router", help="train, evaluate and correct the router")
     actions = router.add_subparsers(title="actions", metavar="ACTION", required=True)
     evaluate = actions.add_parser("eval", help="accuracy and confusion on the validation split")
@@ -33,11 +32,16 @@ def register_router(commands: Any) -> None:
     correct.add_argument("job_id")
     correct.add_argument("tier", choices=[t.value for t in Tier])
     correct.set_defaults(handler=_correct)
-    for entry in entry_points(group="llmq.router_actions"):
-        try:
-            entry.load()(actions)
-        except ImportError:
-            continue  # e.g. training on a producer-only install
+    train = actions.add_parser(
+        "train", help="distil the encoder and train the router (needs the cpu or gpu extra)"
+    )
+    train.add_argument("--seed", type=int, default=7)
+    train.set_defaults(handler=_train, with_corrections=False)
+    retrain = actions.add_parser(
+        "retrain", help="train again, adding the job rows an operator corrected"
+    )
+    retrain.add_argument("--seed", type=int, default=7)
+    retrain.set_defaults(handler=_train, with_corrections=True)
 
 
 def _router() -> Any:
@@ -112,4 +116,23 @@ def _correct(args: argparse.Namespace) -> int:
     finally:
         engine.dispose()
     print(f"job {args.job_id} marked as {args.tier}; run llmq router retrain to learn from it")
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    from producer.router.corrections import corrected_examples
+    from producer.router.training import train_router
+    from schemas.db import make_engine, make_sessions
+    from schemas.settings import Settings
+
+    settings = Settings.from_env()
+    extra = []
+    if args.with_corrections:
+        engine = make_engine(settings.database_url)
+        try:
+            extra = corrected_examples(make_sessions(engine))
+        finally:
+            engine.dispose()
+    path, metadata = train_router(settings, seed=args.seed, extra=extra)
+    print(json.dumps({"artifact": str(path), "corrections": len(extra), **metadata}))
     return 0

@@ -10,12 +10,12 @@ import pytest
 import redis
 
 from producer.client import Client
+from producer.router.training import train_router
 from producer.routing import ROUTING_COUNTS_KEY, Router
 from schemas.queues import SERVICE_MS_KEY, Priority, Tier, queue_name, worker_key
 from schemas.requests import GenerationRequest
 from schemas.settings import Settings, TierConfig
 from tests.integration.test_submit import job_rows
-from workers.router_training import train_router
 
 pytestmark = pytest.mark.integration
 

@@ -130,7 +130,7 @@ def _teacher_baseline(samples: int) -> dict[str, Any]:
     import statistics
 
     from producer.router.dataset import load_examples
-    from workers.router_distill import teacher_dir, teacher_latency_ms
+    from producer.router.distill import teacher_dir, teacher_latency_ms
 
     texts = [f"{e.text} (case {i})" for i, e in enumerate(load_examples()[: samples + 20])]
     timings = teacher_latency_ms(teacher_dir(), texts)[20:]

@@ -1,7 +1,8 @@
 """``llmq router train``: distil the encoder, fit the head, write a versioned artifact.
 
-Needs torch (the worker extra) for the distillation; the artifact it writes needs only
-numpy and tokenizers, so producers load it anywhere.
+Needs torch and transformers (the ``cpu`` or ``gpu`` extra), imported only while
+training; the artifact it writes needs only numpy and tokenizers, so producers load
+it anywhere.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from tokenizers import Tokenizer
 from producer.router.artifact import RouterArtifact, save_artifact
 from producer.router.classifier import DifficultyClassifier, training_words
 from producer.router.dataset import Example, data_hash, load_examples
+from producer.router.distill import contextual_vectors, distill, teacher_dir
 from producer.router.embedding import StaticEmbedder
 from producer.router.evaluation import evaluate_router
 from producer.router.policy import PolicyConfig
 from producer.router.train import TIERS, HeadConfig, Matrix, train_head
 from schemas.settings import Settings
-from workers.router_distill import contextual_vectors, distill, teacher_dir
 
 log = logging.getLogger(__name__)
 
