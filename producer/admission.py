@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import redis
 
@@ -34,22 +35,29 @@ def check_queue_depth(client: redis.Redis, tier: Tier, priority: Priority, limit
         )
 
 
-class WarmWorkers:
-    """Which tiers have a warm worker, re-read from the registry at most once a second."""
+class WorkerDirectory:
+    """The live workers, re-read from the registry at most once a second.
+
+    Both admission (is a warm worker there?) and load-aware routing (how many warm
+    slots?) read it on every submit; one cached snapshot serves both.
+    """
 
     def __init__(self, client: redis.Redis) -> None:
         self._redis = client
-        self._tiers: set[str] = set()
-        self._read_at = 0.0
+        self._workers: list[dict[str, Any]] = []
+        self._read_at = float("-inf")
 
-    def require(self, tier: Tier) -> None:
-        """Raise ``NoWarmWorker`` unless a warm worker serves ``tier``."""
+    def snapshot(self) -> list[dict[str, Any]]:
+        """Every live worker entry; raises ``BrokerUnavailable`` if Redis cannot be read."""
         if time.monotonic() - self._read_at > WORKER_CACHE_S:
             try:
-                workers = live_workers(self._redis)
+                self._workers = live_workers(self._redis)
             except redis.RedisError as exc:
                 raise BrokerUnavailable(f"cannot read the worker registry: {exc}") from exc
-            self._tiers = {str(w.get("tier")) for w in workers if w.get("warm")}
             self._read_at = time.monotonic()
-        if tier.value not in self._tiers:
+        return self._workers
+
+    def require_warm(self, tier: Tier) -> None:
+        """Raise ``NoWarmWorker`` unless a warm worker serves ``tier``."""
+        if not any(w.get("tier") == tier.value and w.get("warm") for w in self.snapshot()):
             raise NoWarmWorker(f"no warm worker serves the {tier} tier right now")

@@ -9,7 +9,7 @@ import redis
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from producer.admission import WarmWorkers, check_queue_depth
+from producer.admission import WorkerDirectory, check_queue_depth
 from producer.enqueue import Enqueuer
 from producer.jobs import (
     check_database,
@@ -53,8 +53,8 @@ class Client:
         self._sessions: sessionmaker[Session] = make_sessions(self._db)
         self._enqueuer = Enqueuer(settings)
         self._prompts = PromptCatalog(settings.prompts_dir)
-        self._warm_workers = WarmWorkers(self._redis)
-        self.router = Router(settings, self._redis)
+        self._workers = WorkerDirectory(self._redis)
+        self.router = Router(settings, self._redis, workers=self._workers)
         if warm:
             self.warm()
 
@@ -95,7 +95,7 @@ class Client:
         tier_ = submission.decision.tier
         priority_ = submission.options.priority
         if require_warm_worker:
-            self._warm_workers.require(tier_)
+            self._workers.require_warm(tier_)
         limit = self.settings.tier(tier_).max_queue_depth.get(priority_)
         if limit is not None:
             check_queue_depth(self._redis, tier_, priority_, limit)

@@ -14,11 +14,12 @@ from typing import Literal
 
 import redis
 
+from producer.admission import WorkerDirectory
 from producer.router.artifact import current_artifact_path, load_artifact
 from producer.router.classifier import DifficultyClassifier
 from producer.router.load import load_adjusted
 from producer.router.policy import PolicyConfig, apply_policy
-from schemas.errors import ConfigError
+from schemas.errors import BrokerUnavailable, ConfigError
 from schemas.queues import Priority, Tier
 from schemas.requests import GenerationRequest, RoutingDecision
 from schemas.settings import Settings
@@ -31,9 +32,18 @@ ROUTING_COUNTS_KEY = "llmq:stats:routing"
 class Router:
     """Holds the classifier (when one is trained) and applies the routing policy."""
 
-    def __init__(self, settings: Settings, redis_client: redis.Redis | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        redis_client: redis.Redis | None = None,
+        *,
+        workers: WorkerDirectory | None = None,
+    ) -> None:
         self._settings = settings
         self._redis = redis_client
+        if workers is None and redis_client is not None:
+            workers = WorkerDirectory(redis_client)
+        self._workers = workers
         self.policy = PolicyConfig(settings.router_large_threshold, settings.router_min_confidence)
         self.classifier = load_classifier(settings)
 
@@ -75,10 +85,11 @@ class Router:
         )
 
     def _consider_load(self, decision: RoutingDecision) -> RoutingDecision:
-        assert self._redis is not None
+        assert self._redis is not None and self._workers is not None
         try:
-            tier, why = load_adjusted(self._redis, decision.tier, self._settings)
-        except redis.RedisError:
+            workers = self._workers.snapshot()
+            tier, why = load_adjusted(self._redis, decision.tier, self._settings, workers)
+        except (redis.RedisError, BrokerUnavailable):
             return decision  # the enqueue right after reports Redis problems clearly
         if why is None:
             return decision

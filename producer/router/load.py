@@ -10,7 +10,6 @@ from __future__ import annotations
 import redis
 
 from producer.router.policy import one_down, one_up
-from producer.status import live_workers
 from schemas.queues import SERVICE_MS_KEY, Priority, Tier, queue_name
 from schemas.settings import Settings
 
@@ -32,9 +31,10 @@ def expected_wait_ms(client: redis.Redis, tier: Tier, workers: list[dict[str, ob
     return depth * service_ms / slots
 
 
-def load_adjusted(client: redis.Redis, tier: Tier, settings: Settings) -> tuple[Tier, str | None]:
-    """``tier`` or a neighbour with headroom, and the reason when it changed."""
-    workers = live_workers(client)
+def load_adjusted(
+    client: redis.Redis, tier: Tier, settings: Settings, workers: list[dict[str, object]]
+) -> tuple[Tier, str | None]:
+    """``tier`` or a neighbour with headroom (given the live ``workers``), and why."""
     wait = expected_wait_ms(client, tier, workers)
     slo = settings.tier(tier).interactive_wait_slo_ms
     if wait <= slo:
