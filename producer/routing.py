@@ -57,32 +57,36 @@ class Router:
         """Pick the tier that serves ``request``; never raises for the request's content."""
         if requested != "auto":
             return RoutingDecision(tier=requested, requested=requested, reason="explicit tier")
-        decision = self._classify(routing_text(request))
+        decision, kind = self._classify(routing_text(request))
         if priority is Priority.INTERACTIVE and self._redis is not None:
             decision = self._consider_load(decision)
-        self._count(decision)
+        self._count(decision.tier, "load" if decision.load_adjusted else kind)
         return decision
 
-    def _classify(self, text: str) -> RoutingDecision:
+    def _classify(self, text: str) -> tuple[RoutingDecision, str]:
+        """The decision and how it was made: ``default``, ``classified`` or ``escalated``."""
         if self.classifier is None:
-            return RoutingDecision(
+            default = RoutingDecision(
                 tier=self._settings.default_tier,
                 requested="auto",
                 reason="auto: no router trained yet (llmq router train); default tier",
             )
+            return default, "default"
         try:
             outcome = apply_policy(self.classifier.predict(text), self.policy)
         except Exception as exc:
             log.exception("the classifier failed; routing upward")
-            return RoutingDecision(
+            upward = RoutingDecision(
                 tier=Tier.LARGE, requested="auto", reason=f"classifier error ({exc}); err upward"
             )
-        return RoutingDecision(
+            return upward, "default"
+        decision = RoutingDecision(
             tier=outcome.tier,
             requested="auto",
             reason=outcome.reason,
             confidence=outcome.confidence,
         )
+        return decision, "escalated" if outcome.escalated else "classified"
 
     def _consider_load(self, decision: RoutingDecision) -> RoutingDecision:
         assert self._redis is not None and self._workers is not None
@@ -97,24 +101,12 @@ class Router:
             update={"tier": tier, "reason": f"{decision.reason}; {why}", "load_adjusted": True}
         )
 
-    def _count(self, decision: RoutingDecision) -> None:
+    def _count(self, tier: Tier, kind: str) -> None:
+        """Count an auto decision as ``<tier>:<default|classified|escalated|load>``."""
         if self._redis is None:
             return
-        key = f"{decision.tier.value}:{decision_kind(decision)}"
         with contextlib.suppress(redis.RedisError):
-            self._redis.hincrby(ROUTING_COUNTS_KEY, key, 1)
-
-
-def decision_kind(decision: RoutingDecision) -> str:
-    """``explicit``, ``default``, ``classified``, ``escalated`` or ``load``, for metrics."""
-    if decision.load_adjusted:
-        return "load"
-    if decision.requested != "auto":
-        return "explicit"
-    if decision.confidence is None:
-        return "default"
-    upward = "escalated" in decision.reason or "err upward" in decision.reason
-    return "escalated" if upward else "classified"
+            self._redis.hincrby(ROUTING_COUNTS_KEY, f"{tier.value}:{kind}", 1)
 
 
 def routing_text(request: GenerationRequest) -> str:
