@@ -16,11 +16,16 @@ import httpx
 from producer.keys import create_key
 from schemas.queues import Tier
 from schemas.settings import Settings
-from workers.bench.harness import Rig, bench_rig, queued_ttft_ms, request_fields, rounded
+from workers.bench.harness import (
+    Rig,
+    bench_rig,
+    paired_samples,
+    queued_ttft_ms,
+    request_fields,
+    rounded,
+)
 from workers.supervise import stop_process
 
-WARMUP_ROUNDS = 3
-SETTLE_S = 0.05
 START_TIMEOUT_S = 60.0
 
 
@@ -28,20 +33,15 @@ def run_gateway(
     settings: Settings, *, tier: Tier, samples: int, max_tokens: int, port: int
 ) -> dict[str, Any]:
     """Alternate the same streamed request through the gateway and the Python client."""
-    via_gateway: list[float] = []
-    via_client: list[float] = []
     with bench_rig(settings, tier, concurrency=4, direct_engine=False) as rig:
         secret = create_key(rig.client.sessions, "bench")[1]
         with gateway_process(rig.settings, port) as url, httpx.Client(base_url=url) as http:
             headers = {"Authorization": f"Bearer {secret}"}
-            for index in range(WARMUP_ROUNDS + samples):
-                time.sleep(SETTLE_S)
-                g = gateway_ttft_ms(http, headers, rig, max_tokens)
-                time.sleep(SETTLE_S)
-                c = queued_ttft_ms(rig, max_tokens)
-                if index >= WARMUP_ROUNDS:
-                    via_gateway.append(g)
-                    via_client.append(c)
+            via_gateway, via_client = paired_samples(
+                lambda _index: gateway_ttft_ms(http, headers, rig, max_tokens),
+                lambda _index: queued_ttft_ms(rig, max_tokens),
+                samples=samples,
+            )
     return {
         "bench": "gateway",
         "tier": tier.value,

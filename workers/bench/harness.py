@@ -6,7 +6,7 @@ import contextlib
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,6 +123,32 @@ def queued_sample(rig: Rig, request: dict[str, object]) -> tuple[float, JobResul
         # Drain, so the next sample starts on an idle engine.
         return ttft, handle.result(timeout=300)
     raise RuntimeError("the job produced no text")
+
+
+PAIRED_WARMUP_ROUNDS = 3
+# Both paths start each sample from an idle machine: the previous job's tail work
+# (acks, row updates) must not be billed to the next request.
+SETTLE_S = 0.05
+
+
+def paired_samples(
+    first: Callable[[int], float], second: Callable[[int], float], *, samples: int
+) -> tuple[list[float], list[float]]:
+    """Alternate ``first`` and ``second`` (each given the round number), after warm-up rounds.
+
+    Alternating pairs keeps a noisy machine's drift out of the comparison.
+    """
+    a: list[float] = []
+    b: list[float] = []
+    for index in range(PAIRED_WARMUP_ROUNDS + samples):
+        time.sleep(SETTLE_S)
+        x = first(index)
+        time.sleep(SETTLE_S)
+        y = second(index)
+        if index >= PAIRED_WARMUP_ROUNDS:
+            a.append(x)
+            b.append(y)
+    return a, b
 
 
 def percentile(values: list[float], q: float) -> float:

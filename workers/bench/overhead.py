@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import statistics
-import time
 from typing import Any
 
 from schemas.queues import Tier
@@ -11,15 +10,11 @@ from schemas.settings import Settings
 from workers.bench.harness import (
     bench_rig,
     direct_ttft_ms,
+    paired_samples,
     percentile,
     queued_ttft_ms,
     rounded,
 )
-
-WARMUP_ROUNDS = 3
-# Both paths start each sample from an idle machine: the previous job's tail work
-# (acks, row updates) must not be billed to the next request.
-SETTLE_S = 0.05
 
 
 def run_overhead(
@@ -30,17 +25,12 @@ def run_overhead(
     Alternating pairs keeps a noisy machine's drift out of the comparison. The engine
     finishes each request before the next starts, so both paths see an idle engine.
     """
-    direct: list[float] = []
-    queued: list[float] = []
     with bench_rig(settings, tier, concurrency=4) as rig:
-        for index in range(WARMUP_ROUNDS + samples):
-            time.sleep(SETTLE_S)
-            d = direct_ttft_ms(rig, f"bench-direct-{index}", max_tokens)
-            time.sleep(SETTLE_S)
-            q = queued_ttft_ms(rig, max_tokens)
-            if index >= WARMUP_ROUNDS:
-                direct.append(d)
-                queued.append(q)
+        direct, queued = paired_samples(
+            lambda index: direct_ttft_ms(rig, f"bench-direct-{index}", max_tokens),
+            lambda _index: queued_ttft_ms(rig, max_tokens),
+            samples=samples,
+        )
     added = [q - d for d, q in zip(direct, queued, strict=True)]
     return {
         "bench": "overhead",
