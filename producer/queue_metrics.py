@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from schemas.queues import all_queues
-from schemas.tables import Job
+from schemas.tables import Job, as_utc
 
 
 class QueueCollector(Collector):
@@ -47,5 +47,4 @@ class QueueCollector(Collector):
             created = session.scalar(select(Job.created_at).where(Job.id == job_id))
         if created is None:
             return 0.0
-        created = created if created.tzinfo else created.replace(tzinfo=UTC)
-        return max(0.0, (datetime.now(UTC) - created).total_seconds())
+        return max(0.0, (datetime.now(UTC) - as_utc(created)).total_seconds())

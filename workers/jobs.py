@@ -6,7 +6,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy import update
 from sqlalchemy.exc import SQLAlchemyError
@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from schemas.errors import DatabaseUnavailable
 from schemas.events import Timings, Usage
 from schemas.jobs import JobStatus
-from schemas.tables import Job, utcnow
+from schemas.tables import Job, as_utc, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,6 @@ class ClaimedJob:
 
     id: str
     request: dict[str, object]
-    tier: str
     priority: str
     created_at: datetime
     started_at: datetime
@@ -53,7 +52,7 @@ def claim_job(
             engine_warm=engine_warm,
             attempts=Job.attempts + 1,
         )
-        .returning(Job.request, Job.tier, Job.priority, Job.created_at, Job.attempts)
+        .returning(Job.request, Job.priority, Job.created_at, Job.attempts)
     )
     try:
         with sessions.begin() as session:
@@ -65,9 +64,8 @@ def claim_job(
     return ClaimedJob(
         id=job_id,
         request=dict(row.request),
-        tier=row.tier,
         priority=row.priority,
-        created_at=_aware(row.created_at),
+        created_at=as_utc(row.created_at),
         started_at=now,
         attempt=row.attempts,
     )
@@ -133,9 +131,4 @@ def with_db_retry(write: Callable[[], None], *, what: str) -> None:
 
 def elapsed_ms(start: datetime, end: datetime) -> float:
     """Milliseconds from ``start`` to ``end``, never negative."""
-    return max(0.0, (_aware(end) - _aware(start)).total_seconds() * 1000.0)
-
-
-def _aware(moment: datetime) -> datetime:
-    # SQLite hands back naive datetimes even for timezone-aware columns.
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    return max(0.0, (as_utc(end) - as_utc(start)).total_seconds() * 1000.0)

@@ -34,7 +34,9 @@ def warm_up(engine: Engine, *, concurrency: int = 2) -> float:
     pass exercises the batched path the worker will use under load.
     """
     started = time.monotonic()
-    _generate(engine, [{"role": "user", "content": WARMUP_PROMPTS[0]}], "warmup-single", 8)
+    _generate(
+        engine, [{"role": "user", "content": WARMUP_PROMPTS[0]}], "warmup-single", WARMUP_TOKENS
+    )
     threads = [
         threading.Thread(
             target=_generate,
