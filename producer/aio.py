@@ -42,6 +42,7 @@ class AsyncClient:
         idempotency_key: str | None = None,
         owner: str | None = None,
         require_warm_worker: bool = False,
+        deadline_s: float | None = None,
     ) -> AsyncJobHandle:
         """See :meth:`producer.client.Client.submit`."""
         handle = await asyncio.to_thread(
@@ -53,6 +54,7 @@ class AsyncClient:
                 idempotency_key=idempotency_key,
                 owner=owner,
                 require_warm_worker=require_warm_worker,
+                deadline_s=deadline_s,
             )
         )
         return AsyncJobHandle(self, handle.job_id, handle.tier, handle.priority)
@@ -66,6 +68,10 @@ class AsyncClient:
     def redis(self) -> aioredis.Redis:
         """The asyncio Redis connection this client streams with."""
         return self._redis
+
+    async def cancel(self, job_id: str) -> None:
+        """See :meth:`producer.client.Client.cancel`."""
+        await asyncio.to_thread(self._sync.cancel, job_id)
 
     async def status(self, job_id: str) -> JobStatus:
         """The job's current status as recorded in the database."""
@@ -107,7 +113,7 @@ class AsyncJobHandle:
     ) -> AsyncIterator[Event]:
         """Every stream event from ``from_seq``, in order, each exactly once."""
         async for event in self.client.events(self.job_id, from_seq=from_seq, timeout=timeout):
-            if not isinstance(event, TokenEvent):
+            if isinstance(event, FinalEvent | ErrorEvent):
                 self._terminal = event
             yield event
 

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from producer.admission import WorkerDirectory, check_queue_depth
 from producer.enqueue import Enqueuer
 from producer.jobs import (
+    cancel_if_queued,
     check_database,
     delete_job,
     insert_job,
@@ -20,12 +21,12 @@ from producer.jobs import (
 )
 from producer.limits import preload_tokenizer
 from producer.routing import Router
-from producer.streams import Event, read_events
+from producer.streams import Event, close_stream, read_events, request_cancel
 from producer.submission import RequestLike, prepare_submission
 from schemas.db import make_engine, make_sessions
 from schemas.errors import BrokerUnavailable, JobFailed
 from schemas.events import ErrorEvent, FinalEvent, TokenEvent
-from schemas.jobs import JobResult, JobStatus
+from schemas.jobs import CANCELLED_MESSAGE, JobResult, JobStatus
 from schemas.prompt_registry import PromptCatalog
 from schemas.queues import Priority, Tier
 from schemas.settings import Settings
@@ -72,6 +73,7 @@ class Client:
         idempotency_key: str | None = None,
         owner: str | None = None,
         require_warm_worker: bool = False,
+        deadline_s: float | None = None,
     ) -> JobHandle:
         """Validate, route, record and enqueue ``request``; return at once with a handle.
 
@@ -80,14 +82,17 @@ class Client:
         removed, so nothing is left half-enqueued. The same ``idempotency_key`` returns
         the same job. ``owner`` records who submitted it (the gateway's API key id). With
         ``require_warm_worker`` the job is refused (``NoWarmWorker``) when no warm worker
-        serves its tier. Raises ``InvalidRequest``, ``PromptTooLong``, ``QueueFull``,
-        ``NoWarmWorker``, ``BrokerUnavailable`` or ``DatabaseUnavailable``.
+        serves its tier. With ``deadline_s``, a job not finished that long after submit is
+        stopped (status failed, the reason on its row and stream). Raises
+        ``InvalidRequest``, ``PromptTooLong``, ``QueueFull``, ``NoWarmWorker``,
+        ``BrokerUnavailable`` or ``DatabaseUnavailable``.
         """
         submission = prepare_submission(
             request,
             tier=str(tier),
             priority=str(priority),
             idempotency_key=idempotency_key,
+            deadline_s=deadline_s,
             settings=self.settings,
             prompts=self._prompts.registry,
             router=self.router,
@@ -106,6 +111,7 @@ class Client:
             decision=submission.decision,
             priority=submission.options.priority,
             idempotency_key=submission.options.idempotency_key,
+            deadline_s=submission.options.deadline_s,
         )
         if created:
             try:
@@ -151,6 +157,24 @@ class Client:
         """A handle on an existing job; raises ``JobNotFound``."""
         job = load_job(self._sessions, job_id)
         return JobHandle(self, job.id, Tier(job.tier), Priority(job.priority))
+
+    def cancel(self, job_id: str) -> None:
+        """Cancel a job; it ends with status cancelled and an error event on its stream.
+
+        A queued job never runs; a running one is aborted in its engine, which frees
+        its slot at once. A job that already ended is left as it is. Raises
+        ``JobNotFound``, ``BrokerUnavailable`` or ``DatabaseUnavailable``.
+        """
+        if JobStatus(load_job(self._sessions, job_id).status).is_final:
+            return
+        ttl_s = self.settings.replay_ttl_s
+        try:
+            if cancel_if_queued(self._sessions, job_id):
+                close_stream(self._redis, job_id, CANCELLED_MESSAGE, ttl_s=ttl_s)
+            else:
+                request_cancel(self._redis, job_id, ttl_s=ttl_s)
+        except redis.RedisError as exc:
+            raise BrokerUnavailable(f"could not cancel job {job_id}: {exc}") from exc
 
     def status(self, job_id: str) -> JobStatus:
         """The job's current status as recorded in the database."""
@@ -198,12 +222,20 @@ class JobHandle:
     def events(self, *, from_seq: int = 0, timeout: float | None = None) -> Iterator[Event]:
         """Every stream event from ``from_seq``, in order, each exactly once."""
         for event in self.client.events(self.job_id, from_seq=from_seq, timeout=timeout):
-            if not isinstance(event, TokenEvent):
+            if isinstance(event, FinalEvent | ErrorEvent):
                 self._terminal = event
             yield event
 
+    def cancel(self) -> None:
+        """Cancel this job; see :meth:`Client.cancel`."""
+        self.client.cancel(self.job_id)
+
     def stream(self, *, timeout: float | None = None) -> Iterator[str]:
-        """Yield text chunks as they are generated; raises ``JobFailed`` on a job error."""
+        """Yield text chunks as they are generated; raises ``JobFailed`` on a job error.
+
+        After a worker crash the job's next attempt continues the same text, so the
+        chunks still add up to one answer.
+        """
         for event in self.events(timeout=timeout):
             if isinstance(event, TokenEvent):
                 yield event.text

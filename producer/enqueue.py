@@ -14,6 +14,7 @@ from schemas.queues import (
     Priority,
     Tier,
     celery_config,
+    job_message,
     kombu_queues,
     queue_name,
 )
@@ -42,10 +43,7 @@ class Enqueuer:
         try:
             self._app.send_task(
                 GENERATE_TASK,
-                args=[job_id],
-                queue=queue,
-                routing_key=queue,
-                task_id=job_id,
+                **job_message(job_id, tier, priority),
                 retry=True,
                 retry_policy=PUBLISH_RETRY_POLICY,
             )

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from schemas.errors import DatabaseUnavailable, JobNotFound
 from schemas.events import ErrorEvent, FinalEvent, Timings, Usage
-from schemas.jobs import JobStatus
+from schemas.jobs import CANCELLED_MESSAGE, JobStatus
 from schemas.queues import Priority
 from schemas.requests import GenerationRequest, RoutingDecision
 from schemas.tables import Job, utcnow
@@ -29,12 +30,14 @@ def insert_job(
     priority: Priority,
     idempotency_key: str | None,
     owner: str | None = None,
+    deadline_s: float | None = None,
 ) -> tuple[Job, bool]:
     """Write a queued job row; return it and whether it is new.
 
     With an idempotency key that already exists, the existing job is returned instead.
     Raises ``DatabaseUnavailable`` if the database refuses.
     """
+    now = utcnow()
     job = Job(
         id=new_job_id(),
         idempotency_key=idempotency_key,
@@ -45,7 +48,8 @@ def insert_job(
         request=request.model_dump(mode="json"),
         attempts=0,
         owner=owner,
-        created_at=utcnow(),
+        created_at=now,
+        deadline_at=None if deadline_s is None else now + timedelta(seconds=deadline_s),
     )
     try:
         with sessions.begin() as session:
@@ -105,6 +109,24 @@ def check_database(sessions: sessionmaker[Session]) -> None:
         ) from exc
 
 
+def cancel_if_queued(sessions: sessionmaker[Session], job_id: str) -> bool:
+    """Mark a job that no worker has claimed yet as cancelled; False if it was not queued.
+
+    One conditional ``UPDATE``, so a worker's claim and a cancel cannot both win.
+    """
+    cancel = (
+        update(Job)
+        .where(Job.id == job_id, Job.status == JobStatus.QUEUED.value)
+        .values(status=JobStatus.CANCELLED.value, error=CANCELLED_MESSAGE, finished_at=utcnow())
+        .returning(Job.id)
+    )
+    try:
+        with sessions.begin() as session:
+            return session.execute(cancel).first() is not None
+    except SQLAlchemyError as exc:
+        raise DatabaseUnavailable(f"could not cancel job {job_id}: {_short(exc)}") from exc
+
+
 def load_job(sessions: sessionmaker[Session], job_id: str) -> Job:
     """The job row; raises ``JobNotFound`` or ``DatabaseUnavailable``."""
     try:
@@ -137,8 +159,8 @@ def terminal_event_from_row(job: Job, seq: int) -> FinalEvent | ErrorEvent | Non
             ),
             worker_id=job.worker_id or "",
         )
-    if job.status == JobStatus.FAILED:
-        return ErrorEvent(seq=seq, message=job.error or "the job failed")
+    if JobStatus(job.status).is_final:
+        return ErrorEvent(seq=seq, message=job.error or f"the job ended {job.status}")
     return None
 
 

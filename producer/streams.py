@@ -9,6 +9,7 @@ once, in order, ending with the terminal event.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -18,15 +19,18 @@ import redis.asyncio as aioredis
 from pydantic import ValidationError
 
 from schemas.errors import BrokerUnavailable, JobTimeout
-from schemas.events import ErrorEvent, FinalEvent, TokenEvent, is_terminal, parse_event
-from schemas.queues import event_channel, event_log_key
+from schemas.events import AnyEvent, ErrorEvent, FinalEvent, is_terminal, parse_event
+from schemas.queues import CANCEL_CHANNEL, cancel_key, event_channel, event_log_key
 
-Event = TokenEvent | FinalEvent | ErrorEvent
+Event = AnyEvent
 TerminalLookup = Callable[[int], FinalEvent | ErrorEvent | None]
 
 # With no pub/sub message for this long, re-read the log (covers a missed
 # message) and ask the database whether the job already ended.
 IDLE_POLL_S = 1.0
+# A reader rides out a Redis restart or failover of up to this long.
+RECONNECT_BUDGET_S = 30.0
+RECONNECT_DELAY_S = 0.5
 
 
 class Sequencer:
@@ -90,27 +94,64 @@ def read_events(
 ) -> Iterator[Event]:
     """Yield a job's events from ``from_seq`` to the terminal one.
 
-    Raises ``JobTimeout`` after ``timeout`` seconds, ``BrokerUnavailable`` if Redis fails.
+    A lost Redis connection is re-opened and reading goes on from the next sequence
+    number, so a Redis restart costs the reader nothing. Raises ``JobTimeout`` after
+    ``timeout`` seconds, ``BrokerUnavailable`` if Redis stays away ``RECONNECT_BUDGET_S``.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     seq = Sequencer(from_seq)
+    outage = Outage(job_id)
+    while not seq.finished:
+        try:
+            for event in _follow(client, job_id, seq, deadline, terminal_lookup):
+                outage.over()
+                yield event
+        except redis.RedisError as exc:
+            _check_deadline(deadline, job_id)
+            time.sleep(outage.wait_or_raise(exc))
+
+
+class Outage:
+    """How long a reader has been without Redis; raises once that is too long."""
+
+    def __init__(self, job_id: str) -> None:
+        self._job_id = job_id
+        self._since: float | None = None
+
+    def over(self) -> None:
+        self._since = None
+
+    def wait_or_raise(self, exc: redis.RedisError) -> float:
+        """Seconds to wait before reconnecting; raises ``BrokerUnavailable`` past the budget."""
+        now = time.monotonic()
+        if self._since is None:
+            self._since = now
+        if now - self._since > RECONNECT_BUDGET_S:
+            raise BrokerUnavailable(f"lost the stream of job {self._job_id}: {exc}") from exc
+        return RECONNECT_DELAY_S
+
+
+def _follow(
+    client: redis.Redis,
+    job_id: str,
+    seq: Sequencer,
+    deadline: float | None,
+    terminal_lookup: TerminalLookup | None,
+) -> Iterator[Event]:
     log_key = event_log_key(job_id)
-    try:
-        with client.pubsub() as pubsub:  # type: ignore[no-untyped-call]
-            pubsub.subscribe(event_channel(job_id))
-            _await_subscribed(pubsub, deadline, job_id)
-            yield from seq.take(client.lrange(log_key, seq.next_seq, -1), seq.next_seq)
-            while not seq.finished:
-                _check_deadline(deadline, job_id)
-                found = _pubsub_seq(pubsub.get_message(timeout=_remaining(deadline)))
-                if found is not None and seq.wants(found[0]):
-                    yield from seq.take([found[1]], found[0])
-                elif found is None or found[0] > seq.next_seq:
-                    yield from seq.take(client.lrange(log_key, seq.next_seq, -1), seq.next_seq)
-                    if found is None and not seq.finished:
-                        yield from _from_row(seq, terminal_lookup)
-    except redis.RedisError as exc:
-        raise BrokerUnavailable(f"lost the stream of job {job_id}: {exc}") from exc
+    with client.pubsub() as pubsub:  # type: ignore[no-untyped-call]
+        pubsub.subscribe(event_channel(job_id))
+        _await_subscribed(pubsub, deadline, job_id)
+        yield from seq.take(client.lrange(log_key, seq.next_seq, -1), seq.next_seq)
+        while not seq.finished:
+            _check_deadline(deadline, job_id)
+            found = _pubsub_seq(pubsub.get_message(timeout=_remaining(deadline)))
+            if found is not None and seq.wants(found[0]):
+                yield from seq.take([found[1]], found[0])
+            elif found is None or found[0] > seq.next_seq:
+                yield from seq.take(client.lrange(log_key, seq.next_seq, -1), seq.next_seq)
+                if found is None and not seq.finished:
+                    yield from _from_row(seq, terminal_lookup)
 
 
 def _await_subscribed(pubsub: Any, deadline: float | None, job_id: str) -> None:
@@ -145,6 +186,24 @@ async def aread_events(
     """Asyncio twin of :func:`read_events`, with the same guarantees."""
     deadline = None if timeout is None else time.monotonic() + timeout
     seq = Sequencer(from_seq)
+    outage = Outage(job_id)
+    while not seq.finished:
+        try:
+            async for event in _afollow(client, job_id, seq, deadline, terminal_lookup):
+                outage.over()
+                yield event
+        except redis.RedisError as exc:
+            _check_deadline(deadline, job_id)
+            await asyncio.sleep(outage.wait_or_raise(exc))
+
+
+async def _afollow(
+    client: aioredis.Redis,
+    job_id: str,
+    seq: Sequencer,
+    deadline: float | None,
+    terminal_lookup: TerminalLookup | None,
+) -> AsyncIterator[Event]:
     log_key = event_log_key(job_id)
     pubsub = client.pubsub()
     try:
@@ -165,8 +224,6 @@ async def aread_events(
                     batch += _from_row(seq, terminal_lookup)
             for event in batch:
                 yield event
-    except redis.RedisError as exc:
-        raise BrokerUnavailable(f"lost the stream of job {job_id}: {exc}") from exc
     finally:
         await pubsub.aclose()  # type: ignore[no-untyped-call]
 
@@ -177,3 +234,26 @@ async def _aawait_subscribed(pubsub: Any, deadline: float | None, job_id: str) -
         message = await pubsub.get_message(timeout=_remaining(deadline))
         if message is not None and message.get("type") == "subscribe":
             return
+
+
+def close_stream(client: redis.Redis, job_id: str, message: str, *, ttl_s: int) -> None:
+    """End the stream of a job that no worker holds with an error event saying why."""
+    log_key = event_log_key(job_id)
+    payload = ErrorEvent(seq=int(client.llen(log_key)), message=message).model_dump_json()
+    pipe = client.pipeline(transaction=False)
+    pipe.rpush(log_key, payload)
+    pipe.expire(log_key, ttl_s)
+    pipe.publish(event_channel(job_id), payload)
+    pipe.execute()
+
+
+def request_cancel(client: redis.Redis, job_id: str, *, ttl_s: int) -> None:
+    """Ask whichever worker runs ``job_id`` to abort it.
+
+    The key outlives a missed pub/sub message: a worker looks for it after the
+    job's first token.
+    """
+    pipe = client.pipeline(transaction=False)
+    pipe.set(cancel_key(job_id), "1", ex=ttl_s)
+    pipe.publish(CANCEL_CHANNEL, job_id)
+    pipe.execute()

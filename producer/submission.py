@@ -33,6 +33,7 @@ def prepare_submission(
     tier: str,
     priority: str,
     idempotency_key: str | None,
+    deadline_s: float | None = None,
     settings: Settings,
     prompts: PromptRegistry,
     router: Router,
@@ -44,7 +45,12 @@ def prepare_submission(
     parsed = parse_request(request)
     options = _validate(
         EnqueueOptions,
-        {"tier": tier, "priority": priority, "idempotency_key": idempotency_key},
+        {
+            "tier": tier,
+            "priority": priority,
+            "idempotency_key": idempotency_key,
+            "deadline_s": deadline_s,
+        },
         "enqueue options",
     )
     decision = router.route(parsed, requested=options.tier, priority=options.priority)

@@ -2,6 +2,8 @@
 
 Every job's stream is zero or more ``token`` events followed by exactly one
 terminal event (``final`` or ``error``). Sequence numbers start at 0 and have no gaps.
+When a worker dies mid-job, the next attempt appends an ``attempt`` event and goes on
+from the text already streamed, so the tokens still add up to one coherent text.
 """
 
 from __future__ import annotations
@@ -41,6 +43,17 @@ class TokenEvent(BaseModel):
     text: str
 
 
+class AttemptEvent(BaseModel):
+    """A new attempt of the job took over; it continues after ``resumed_chars`` of text."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: Literal["attempt"] = "attempt"
+    seq: int = Field(ge=0)
+    attempt: int = Field(ge=2)
+    resumed_chars: int = Field(ge=0)
+
+
 class FinalEvent(BaseModel):
     """The job finished; ``text`` is the whole output."""
 
@@ -65,17 +78,18 @@ class ErrorEvent(BaseModel):
     message: str
 
 
-StreamEvent = Annotated[TokenEvent | FinalEvent | ErrorEvent, Field(discriminator="type")]
+AnyEvent = TokenEvent | AttemptEvent | FinalEvent | ErrorEvent
+StreamEvent = Annotated[AnyEvent, Field(discriminator="type")]
 TerminalEvent = FinalEvent | ErrorEvent
 
-STREAM_EVENT = TypeAdapter[TokenEvent | FinalEvent | ErrorEvent](StreamEvent)
+STREAM_EVENT = TypeAdapter[AnyEvent](StreamEvent)
 
 
-def parse_event(raw: str | bytes) -> TokenEvent | FinalEvent | ErrorEvent:
+def parse_event(raw: str | bytes) -> AnyEvent:
     """Decode one JSON stream event; raises ``pydantic.ValidationError`` if malformed."""
     return STREAM_EVENT.validate_json(raw)
 
 
-def is_terminal(event: TokenEvent | FinalEvent | ErrorEvent) -> bool:
+def is_terminal(event: AnyEvent) -> bool:
     """True for the last event of a stream."""
-    return not isinstance(event, TokenEvent)
+    return isinstance(event, FinalEvent | ErrorEvent)

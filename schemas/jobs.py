@@ -11,16 +11,26 @@ from schemas.queues import Priority, Tier
 
 
 class JobStatus(StrEnum):
-    """Where a job is in its life. ``done`` and ``failed`` are final."""
+    """Where a job is in its life. Every status but ``queued`` and ``running`` is final.
+
+    ``cancelled``: its client cancelled it. ``dead_letter``: its worker died on each of
+    its allowed attempts, so it is not run again (a poison job must not loop).
+    """
 
     QUEUED = "queued"
     RUNNING = "running"
     DONE = "done"
     FAILED = "failed"
+    CANCELLED = "cancelled"
+    DEAD_LETTER = "dead_letter"
 
     @property
     def is_final(self) -> bool:
-        return self in (JobStatus.DONE, JobStatus.FAILED)
+        return self not in (JobStatus.QUEUED, JobStatus.RUNNING)
+
+
+CANCELLED_MESSAGE = "cancelled by its client"
+"""The error a cancelled job ends with, wherever it was when the cancel came."""
 
 
 class JobResult(BaseModel):

@@ -60,6 +60,25 @@ def kombu_queues() -> list[Any]:
     ]
 
 
+def job_message(job_id: str, tier: Tier, priority: Priority) -> dict[str, Any]:
+    """``send_task`` keywords of a job's message; producer and reaper send the same one.
+
+    The message carries only the job id (the worker reads the row), and the job id is
+    also the task id, so a re-sent message is recognisably the same job.
+    """
+    queue = queue_name(tier, priority)
+    return {"args": [job_id], "queue": queue, "routing_key": queue, "task_id": job_id}
+
+
+CANCEL_CHANNEL = "llmq:cancel"
+"""Pub/sub channel on which producers name jobs to cancel; every worker listens."""
+
+
+def cancel_key(job_id: str) -> str:
+    """Redis key marking a job as cancelled, for a worker that missed the pub/sub message."""
+    return f"llmq:job:{job_id}:cancel"
+
+
 def event_channel(job_id: str) -> str:
     """Pub/sub channel that carries a job's stream events live."""
     return f"llmq:job:{job_id}:events"

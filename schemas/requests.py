@@ -73,6 +73,9 @@ class EnqueueOptions(BaseModel):
     tier: Tier | Literal["auto"] = "auto"
     priority: Priority = Priority.INTERACTIVE
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
+    deadline_s: float | None = Field(
+        default=None, gt=0, le=7 * 24 * 3600, description="abort the job this long after submit"
+    )
 
 
 class RoutingDecision(BaseModel):

@@ -68,6 +68,9 @@ class Settings(BaseSettings):
     tiers_file: Path | None = None
     model_cache_dir: Path = Path("~/.cache/llmq").expanduser()
     replay_ttl_s: int = Field(default=24 * 3600, ge=1)
+    max_attempts: int = Field(
+        default=3, ge=1, description="a job whose worker died this many times is dead-lettered"
+    )
     prompts_dir: Path | None = None
     prefill_interval_s: float = Field(default=300.0, gt=0)
     router_dir: Path | None = Field(default=None, description="None: <model_cache_dir>/router")

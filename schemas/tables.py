@@ -60,6 +60,8 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    deadline_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    """When the worker gives up on the job (the submitter's ``deadline_s``); None: no limit."""
 
     __table_args__ = (Index("ix_jobs_status_created_at", "status", "created_at"),)
 

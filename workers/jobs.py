@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeGuard
 
 from sqlalchemy import update
 from sqlalchemy.exc import SQLAlchemyError
@@ -19,8 +20,6 @@ from schemas.tables import Job, as_utc, utcnow
 
 log = logging.getLogger(__name__)
 
-CLAIMABLE = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
-
 
 @dataclass(frozen=True)
 class ClaimedJob:
@@ -32,19 +31,23 @@ class ClaimedJob:
     created_at: datetime
     started_at: datetime
     attempt: int
+    deadline_at: datetime | None = None
 
 
 def claim_job(
     sessions: sessionmaker[Session], job_id: str, worker_id: str, *, engine_warm: bool = True
 ) -> ClaimedJob | None:
-    """Mark the job running on this worker; None if it does not exist or already ended.
+    """Mark a queued job running on this worker; None if it is not queued.
 
-    One ``UPDATE ... RETURNING`` round trip: it sits on every job's path to its first token.
+    Only a queued row can be claimed, so a redelivered message of a job that runs
+    elsewhere or has ended is a no-op: one job never runs twice at once. (A job whose
+    worker died is put back to queued by the reaper.) One ``UPDATE ... RETURNING``
+    round trip: it sits on every job's path to its first token.
     """
     now = utcnow()
     claim = (
         update(Job)
-        .where(Job.id == job_id, Job.status.in_(CLAIMABLE))
+        .where(Job.id == job_id, Job.status == JobStatus.QUEUED.value)
         .values(
             status=JobStatus.RUNNING.value,
             started_at=now,
@@ -52,7 +55,7 @@ def claim_job(
             engine_warm=engine_warm,
             attempts=Job.attempts + 1,
         )
-        .returning(Job.request, Job.priority, Job.created_at, Job.attempts)
+        .returning(Job.request, Job.priority, Job.created_at, Job.attempts, Job.deadline_at)
     )
     try:
         with sessions.begin() as session:
@@ -68,6 +71,7 @@ def claim_job(
         created_at=as_utc(row.created_at),
         started_at=now,
         attempt=row.attempts,
+        deadline_at=None if row.deadline_at is None else as_utc(row.deadline_at),
     )
 
 
@@ -75,15 +79,16 @@ def finish_job(
     sessions: sessionmaker[Session],
     job_id: str,
     *,
+    attempt: int,
     text: str,
     finish_reason: str | None,
     usage: Usage,
     timings: Timings,
 ) -> None:
-    """Record the output; a job that already ended is left as it is."""
+    """Record the output of ``attempt``; a job that ended or moved on is left as it is."""
     with sessions.begin() as session:
         job = session.get(Job, job_id, with_for_update=True)
-        if job is None or JobStatus(job.status).is_final:
+        if not _still_ours(job, attempt):
             return
         job.status = JobStatus.DONE.value
         job.queue_wait_ms = timings.queue_wait_ms
@@ -97,15 +102,31 @@ def finish_job(
         job.finished_at = utcnow()
 
 
-def fail_job(sessions: sessionmaker[Session], job_id: str, message: str) -> None:
-    """Record why the job failed; a job that already ended is left as it is."""
+def fail_job(
+    sessions: sessionmaker[Session],
+    job_id: str,
+    message: str,
+    *,
+    attempt: int,
+    status: JobStatus = JobStatus.FAILED,
+) -> None:
+    """Record why ``attempt`` ended without a result (``status``: failed or cancelled).
+
+    A job that ended or moved on to another attempt is left as it is.
+    """
     with sessions.begin() as session:
         job = session.get(Job, job_id, with_for_update=True)
-        if job is None or JobStatus(job.status).is_final:
+        if not _still_ours(job, attempt):
             return
-        job.status = JobStatus.FAILED.value
+        job.status = status.value
         job.error = message
         job.finished_at = utcnow()
+
+
+def _still_ours(job: Job | None, attempt: int) -> TypeGuard[Job]:
+    # A worker cut off for long enough is taken for dead and its job re-run; the
+    # outcome of the attempt it was on no longer counts.
+    return job is not None and not JobStatus(job.status).is_final and job.attempts == attempt
 
 
 DB_RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0)

@@ -2,17 +2,35 @@
 
 from __future__ import annotations
 
+import logging
+import time
+
 import redis
 
-from schemas.events import ErrorEvent, FinalEvent, Timings, TokenEvent, Usage
+from schemas.events import (
+    AttemptEvent,
+    ErrorEvent,
+    FinalEvent,
+    Timings,
+    TokenEvent,
+    Usage,
+    parse_event,
+)
 from schemas.queues import event_channel, event_log_key
+
+log = logging.getLogger(__name__)
+
+# A Redis restart or failover takes seconds; events wait for it in order rather than
+# failing a job whose generation is fine.
+PUBLISH_RETRY_DELAYS_S = (0.1, 0.25, 0.5, 1.0, 2.0, 2.0, 4.0, 4.0, 8.0, 8.0)
 
 
 class StreamPublisher:
-    """Numbers a job's events from 0 and publishes each to the log, then to pub/sub.
+    """Numbers a job's events and publishes each to the log, then to pub/sub.
 
     The list index of an event equals its sequence number, which is what lets a
-    reader replay from any point. One round trip per event.
+    reader replay from any point. One round trip per event. Every payload is also
+    kept here, so a log that a Redis restart emptied is written again in full.
     """
 
     def __init__(self, client: redis.Redis, job_id: str, *, ttl_s: int) -> None:
@@ -20,12 +38,32 @@ class StreamPublisher:
         self._channel = event_channel(job_id)
         self._log_key = event_log_key(job_id)
         self._ttl_s = ttl_s
-        self.seq = 0
+        self._sent: list[str] = []
 
-    def reset(self) -> None:
-        """Start the log afresh (a new attempt of the job)."""
-        self._redis.delete(self._log_key)
-        self.seq = 0
+    @property
+    def seq(self) -> int:
+        """Sequence number of the next event."""
+        return len(self._sent)
+
+    def adopt(self) -> None:
+        """Continue the log an earlier attempt left, numbering new events after it."""
+        raw_events = self._redis.lrange(self._log_key, 0, -1)
+        self._sent = [raw.decode() if isinstance(raw, bytes) else str(raw) for raw in raw_events]
+
+    def resume(self, attempt: int) -> str:
+        """Take over the log of an earlier attempt; return the text it already streamed.
+
+        Appends an ``attempt`` event, so readers know a new attempt goes on from there.
+        """
+        self.adopt()
+        streamed = "".join(
+            event.text
+            for event in (parse_event(raw) for raw in self._sent)
+            if isinstance(event, TokenEvent)
+        )
+        event = AttemptEvent(seq=self.seq, attempt=attempt, resumed_chars=len(streamed))
+        self._emit(event.model_dump_json())
+        return streamed
 
     def token(self, text: str) -> None:
         """Publish one chunk of generated text."""
@@ -56,9 +94,42 @@ class StreamPublisher:
         self._emit(ErrorEvent(seq=self.seq, message=message).model_dump_json())
 
     def _emit(self, payload: str) -> None:
+        self._sent.append(payload)
+        try:
+            self._send_latest()
+        except redis.RedisError:
+            self._send_after_outage()
+
+    def _send_latest(self) -> None:
         pipe = self._redis.pipeline(transaction=False)
-        pipe.rpush(self._log_key, payload)
+        pipe.rpush(self._log_key, self._sent[-1])
         pipe.expire(self._log_key, self._ttl_s)
-        pipe.publish(self._channel, payload)
+        pipe.publish(self._channel, self._sent[-1])
         pipe.execute()
-        self.seq += 1
+
+    def _send_after_outage(self) -> None:
+        """Retry until Redis is back, then make the log whole and publish the event.
+
+        Raises ``redis.RedisError`` if Redis stays away for the whole retry budget.
+        """
+        for delay in (*PUBLISH_RETRY_DELAYS_S, None):
+            try:
+                self._repair_log()
+                self._redis.publish(self._channel, self._sent[-1])
+                return
+            except redis.RedisError:
+                if delay is None:
+                    raise
+                log.warning("stream publish failed; retrying in %.2f s", delay)
+                time.sleep(delay)
+
+    def _repair_log(self) -> None:
+        # The failed round trip may or may not have appended; a restarted Redis may
+        # have lost the list. Either way, write whatever the list lacks.
+        present = int(self._redis.llen(self._log_key))
+        missing = self._sent[present:]
+        if missing:
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.rpush(self._log_key, *missing)
+            pipe.expire(self._log_key, self._ttl_s)
+            pipe.execute()

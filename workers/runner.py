@@ -14,7 +14,8 @@ from pydantic import ValidationError
 
 from schemas.errors import EngineDead, LlmqError, PromptTooLong
 from schemas.events import Timings, Usage
-from schemas.queues import SERVICE_MS_KEY
+from schemas.jobs import CANCELLED_MESSAGE, JobStatus
+from schemas.queues import SERVICE_MS_KEY, cancel_key
 from schemas.requests import GenerationRequest
 from schemas.tables import utcnow
 from workers.engine.base import SamplingOptions
@@ -27,6 +28,7 @@ from workers.jobs import (
     with_db_retry,
 )
 from workers.publisher import StreamPublisher
+from workers.running import RunningJob, StopReason
 from workers.runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)
@@ -34,8 +36,10 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Generation:
-    """What came out of the engine for one job."""
+    """What came out of the engine for one job (after what earlier attempts streamed)."""
 
+    resumed_text: str = ""
+    resumed_tokens: int = 0
     text_parts: list[str] = field(default_factory=list)
     prompt_tokens: int = 0
     cached_prompt_tokens: int = 0
@@ -45,26 +49,29 @@ class Generation:
 
     @property
     def text(self) -> str:
-        return "".join(self.text_parts)
+        return self.resumed_text + "".join(self.text_parts)
 
 
 def run_job(runtime: WorkerRuntime, job_id: str) -> None:
     """Run job ``job_id`` to its end. Never raises for a problem of the job itself.
 
-    A missing or already finished job is skipped. A failure becomes a failed row
-    and an error event naming the problem, and the worker goes on serving.
+    A job that is not queued (unknown, running elsewhere, ended) is skipped. A later
+    attempt goes on from the text earlier attempts streamed. A failure becomes a
+    failed row and an error event naming the problem, and the worker goes on serving.
+    A cancel or the job's deadline aborts the generation and records why.
     """
     claimed = claim_job(
         runtime.sessions, job_id, runtime.worker_id, engine_warm=runtime.warm.is_set()
     )
     if claimed is None:
-        log.info("job %s is unknown or already finished; skipping", job_id)
+        log.info("job %s is not queued (running elsewhere or ended); skipping", job_id)
         return
     publisher = StreamPublisher(runtime.redis, job_id, ttl_s=runtime.settings.replay_ttl_s)
-    if claimed.attempt > 1:
-        publisher.reset()
+    running = runtime.running.start(job_id)
     try:
-        generation = generate(runtime, claimed, publisher)
+        resumed = publisher.resume(claimed.attempt) if claimed.attempt > 1 else ""
+        running.stop_at(_seconds_left(runtime, claimed))
+        generation = generate(runtime, claimed, publisher, running, resumed_text=resumed)
     except EngineDead as exc:
         _fail(runtime, publisher, claimed, f"{exc}; the worker is restarting")
         runtime.on_engine_dead()
@@ -76,6 +83,29 @@ def run_job(runtime: WorkerRuntime, job_id: str) -> None:
         log.exception("job %s failed unexpectedly", job_id)
         _fail(runtime, publisher, claimed, f"internal worker error ({exc.__class__.__name__})")
         return
+    finally:
+        runtime.running.finish(job_id)
+    if running.reason is not None:
+        _stopped(runtime, publisher, claimed, running.reason)
+        return
+    _finish(runtime, publisher, claimed, generation)
+
+
+def _seconds_left(runtime: WorkerRuntime, claimed: ClaimedJob) -> float:
+    """Until the job's own deadline or the tier's longest job time, whichever is first."""
+    limit_s = float(runtime.settings.tier(runtime.tier).max_job_seconds)
+    if claimed.deadline_at is not None:
+        limit_s = min(limit_s, (claimed.deadline_at - claimed.started_at).total_seconds())
+    return limit_s
+
+
+def _finish(
+    runtime: WorkerRuntime,
+    publisher: StreamPublisher,
+    claimed: ClaimedJob,
+    generation: Generation,
+) -> None:
+    job_id = claimed.id
     timings = Timings(
         queue_wait_ms=elapsed_ms(claimed.created_at, claimed.started_at),
         ttft_ms=generation.ttft_ms,
@@ -90,6 +120,7 @@ def run_job(runtime: WorkerRuntime, job_id: str) -> None:
         lambda: finish_job(
             runtime.sessions,
             job_id,
+            attempt=claimed.attempt,
             text=generation.text,
             finish_reason=generation.finish_reason,
             usage=usage,
@@ -126,32 +157,56 @@ def record_service_ms(runtime: WorkerRuntime, service_ms: float, alpha: float = 
         log.warning("could not record the service time of a %s job", runtime.tier)
 
 
-def generate(runtime: WorkerRuntime, claimed: ClaimedJob, publisher: StreamPublisher) -> Generation:
-    """Stream the job's completion, publishing each chunk as it arrives."""
+def generate(
+    runtime: WorkerRuntime,
+    claimed: ClaimedJob,
+    publisher: StreamPublisher,
+    running: RunningJob,
+    *,
+    resumed_text: str = "",
+) -> Generation:
+    """Stream the job's completion, publishing each chunk as it arrives.
+
+    With ``resumed_text`` (what earlier attempts streamed), the model continues that
+    text rather than starting over, so readers see one coherent answer.
+    """
     request = _stored_request(claimed)
     prompt_ids = runtime.engine.render_chat(chat_messages(request, runtime))
+    resumed_ids = runtime.engine.encode(resumed_text) if resumed_text else []
     _check_context(len(prompt_ids), request.max_tokens, runtime)
+    generation = Generation(
+        resumed_text=resumed_text,
+        resumed_tokens=len(resumed_ids),
+        prompt_tokens=len(prompt_ids),
+        finish_reason="length" if len(resumed_ids) >= request.max_tokens else None,
+    )
+    if generation.finish_reason is not None:
+        generation.completion_tokens = len(resumed_ids)
+        return generation
     options = SamplingOptions(
-        max_tokens=request.max_tokens,
+        max_tokens=request.max_tokens - len(resumed_ids),
         temperature=request.temperature,
         top_p=request.top_p,
         stop=tuple(request.stop),
         seed=request.seed,
     )
-    generation = Generation(prompt_tokens=len(prompt_ids))
     # Elapsed time is measured on the monotonic clock from the claim on.
     claim_offset_ms = elapsed_ms(claimed.created_at, claimed.started_at)
     started = time.monotonic()
     request_id = f"{claimed.id}-{claimed.attempt}"
-    for delta in runtime.engine.stream(prompt_ids, options, request_id):
+    deltas = runtime.engine.stream(prompt_ids + resumed_ids, options, request_id, stop=running.stop)
+    for delta in deltas:
         if delta.text:
             if generation.ttft_ms is None:
                 generation.ttft_ms = claim_offset_ms + (time.monotonic() - started) * 1000.0
+                publisher.token(delta.text)
+                _look_for_cancel(runtime, claimed.id, running)
+            else:
+                publisher.token(delta.text)
             generation.text_parts.append(delta.text)
-            publisher.token(delta.text)
         if delta.cached_tokens is not None:
             generation.cached_prompt_tokens = delta.cached_tokens
-        generation.completion_tokens = delta.completion_tokens
+        generation.completion_tokens = len(resumed_ids) + delta.completion_tokens
         generation.finish_reason = delta.finish_reason or generation.finish_reason
     runtime.prefix_stats.record(
         prompt_tokens=generation.prompt_tokens,
@@ -159,6 +214,16 @@ def generate(runtime: WorkerRuntime, claimed: ClaimedJob, publisher: StreamPubli
         system_prompt=request.system_prompt,
     )
     return generation
+
+
+def _look_for_cancel(runtime: WorkerRuntime, job_id: str, running: RunningJob) -> None:
+    # A cancel sent before this worker listened for the job left only its key. Looked
+    # for once, after the first token is out, so it costs the first token nothing.
+    try:
+        if runtime.redis.exists(cancel_key(job_id)):
+            running.halt(StopReason.CANCELLED)
+    except redis.RedisError:
+        log.warning("could not look for a cancel of job %s", job_id)
 
 
 def chat_messages(request: GenerationRequest, runtime: WorkerRuntime) -> list[dict[str, str]]:
@@ -191,11 +256,28 @@ def _check_context(prompt_tokens: int, max_tokens: int, runtime: WorkerRuntime) 
 
 
 def _fail(
-    runtime: WorkerRuntime, publisher: StreamPublisher, claimed: ClaimedJob, message: str
+    runtime: WorkerRuntime,
+    publisher: StreamPublisher,
+    claimed: ClaimedJob,
+    message: str,
+    *,
+    status: JobStatus = JobStatus.FAILED,
 ) -> None:
     job_id = claimed.id
-    log.warning("job %s failed: %s", job_id, message)
+    log.warning("job %s ended %s: %s", job_id, status, message)
     if runtime.metrics is not None:
         runtime.metrics.observe_failed(claimed.priority)
-    with_db_retry(lambda: fail_job(runtime.sessions, job_id, message), what=f"fail job {job_id}")
+    with_db_retry(
+        lambda: fail_job(runtime.sessions, job_id, message, attempt=claimed.attempt, status=status),
+        what=f"record the end of job {job_id}",
+    )
     publisher.error(message)
+
+
+def _stopped(
+    runtime: WorkerRuntime, publisher: StreamPublisher, claimed: ClaimedJob, reason: StopReason
+) -> None:
+    if reason is StopReason.CANCELLED:
+        _fail(runtime, publisher, claimed, CANCELLED_MESSAGE, status=JobStatus.CANCELLED)
+        return
+    _fail(runtime, publisher, claimed, "stopped: the job ran past its deadline")

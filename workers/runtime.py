@@ -15,6 +15,7 @@ from schemas.settings import Settings
 from workers.engine.base import Engine
 from workers.metrics import WorkerMetrics
 from workers.prefix import PrefixCacheStats
+from workers.running import RunningJobs
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class WorkerRuntime:
     prompts: PromptCatalog
     prefix_stats: PrefixCacheStats = field(default_factory=PrefixCacheStats)
     warm: threading.Event = field(default_factory=threading.Event)
+    running: RunningJobs = field(default_factory=RunningJobs)
     metrics: WorkerMetrics | None = None
     on_engine_dead: Callable[[], None] = lambda: None
     """Called once the engine is found dead; the worker stops so it can be restarted."""

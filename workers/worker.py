@@ -14,13 +14,15 @@ import redis
 from schemas.db import make_engine, make_sessions
 from schemas.errors import BrokerUnavailable
 from schemas.prompt_registry import PromptCatalog
-from schemas.queues import Tier, tier_queues
+from schemas.queues import GENERATE_TASK, Priority, Tier, job_message, tier_queues
 from schemas.settings import Settings
-from workers.app import make_app
+from workers.app import LlmqCelery, make_app
 from workers.engine.vllm import VllmEngine
 from workers.metrics import WorkerMetrics
 from workers.models import resolve_model
+from workers.reaper import Reaper, ReaperThread
 from workers.registry import WorkerRegistration
+from workers.running import CancelListener
 from workers.runtime import WorkerRuntime
 from workers.warmup import KeepWarm, warm_job_path, warm_up
 
@@ -68,6 +70,7 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
     db = make_engine(settings.database_url)
     engine: VllmEngine | None = None
     keep_warm: KeepWarm | None = None
+    helpers: list[ReaperThread | CancelListener] = []
     try:
         model_path = resolve_model(tier_config.model, settings.bundled_model_dir)
         engine = VllmEngine.start(model_path=model_path, config=tier_config)
@@ -98,12 +101,17 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
         )
         keep_warm.prefill_now()
         warm_job_path(runtime)
+        app = make_app(settings)
+        app.runtime = runtime
+        helpers = _start_helpers(runtime, app)
         # Only now is the worker warm: it starts consuming right after this.
         runtime.warm.set()
         registration.mark_warm()
         keep_warm.start()
-        return _consume(runtime, options, concurrency)
+        return _consume(app, runtime, options, concurrency)
     finally:
+        for helper in helpers:
+            helper.stop()
         if keep_warm is not None:
             keep_warm.stop()
         registration.withdraw()
@@ -112,9 +120,32 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
         db.dispose()
 
 
-def _consume(runtime: WorkerRuntime, options: WorkerOptions, concurrency: int) -> int:
-    app = make_app(runtime.settings)
-    app.runtime = runtime
+def _start_helpers(runtime: WorkerRuntime, app: LlmqCelery) -> list[ReaperThread | CancelListener]:
+    """The cancel listener and the reaper of dead workers' jobs, started."""
+
+    def send(job_id: str, tier: Tier, priority: Priority) -> None:
+        app.send_task(GENERATE_TASK, **job_message(job_id, tier, priority))
+
+    reaper = Reaper(
+        sessions=runtime.sessions,
+        redis=runtime.redis,
+        tier=runtime.tier,
+        send=send,
+        max_attempts=runtime.settings.max_attempts,
+        replay_ttl_s=runtime.settings.replay_ttl_s,
+    )
+    helpers: list[ReaperThread | CancelListener] = [
+        CancelListener(runtime.redis, runtime.running),
+        ReaperThread(reaper),
+    ]
+    for helper in helpers:
+        helper.start()
+    return helpers
+
+
+def _consume(
+    app: LlmqCelery, runtime: WorkerRuntime, options: WorkerOptions, concurrency: int
+) -> int:
     queues = tier_queues(runtime.tier)
     log.info("worker %s is warm; consuming %s", runtime.worker_id, ", ".join(queues))
     worker = app.Worker(

@@ -33,8 +33,17 @@ pytestmark = pytest.mark.integration
 class ScriptedEngine:
     """Emits the given chunks; counts one token per whitespace-separated word of the prompt."""
 
-    def __init__(self, chunks: Sequence[str], *, max_model_len: int = 4096, fail: bool = False):
+    def __init__(
+        self,
+        chunks: Sequence[str],
+        *,
+        max_model_len: int = 4096,
+        fail: bool = False,
+        delay_s: float = 0.0,
+    ):
         self.chunks = list(chunks)
+        self.delay_s = delay_s
+        self.prompts: list[list[int]] = []
         self._max_model_len = max_model_len
         self.fail = fail
         self.seen: list[SamplingOptions] = []
@@ -48,13 +57,24 @@ class ScriptedEngine:
         self.rendered.append(list(messages))
         return [1] * sum(len(m["content"].split()) for m in messages)
 
+    def encode(self, text: str) -> list[int]:
+        return [2] * len(text.split())
+
     def stream(
-        self, prompt_token_ids: list[int], options: SamplingOptions, request_id: str
+        self,
+        prompt_token_ids: list[int],
+        options: SamplingOptions,
+        request_id: str,
+        *,
+        stop: threading.Event | None = None,
     ) -> Iterator[Delta]:
         self.seen.append(options)
+        self.prompts.append(prompt_token_ids)
         for index, chunk in enumerate(self.chunks):
             if self.fail and index == 1:
                 raise EngineError("generation failed: device lost")
+            if stop is not None and stop.wait(self.delay_s):
+                return  # aborted, as the real engine does
             last = index == len(self.chunks) - 1
             yield Delta(chunk, index + 1, last, "length" if last else None)
 
@@ -211,7 +231,12 @@ def test_the_registered_system_prompt_comes_first_byte_for_byte(
 
 class DyingEngine(ScriptedEngine):
     def stream(
-        self, prompt_token_ids: list[int], options: SamplingOptions, request_id: str
+        self,
+        prompt_token_ids: list[int],
+        options: SamplingOptions,
+        request_id: str,
+        *,
+        stop: threading.Event | None = None,
     ) -> Iterator[Delta]:
         raise EngineDead("the engine process died: EngineCore exited")
         yield  # pragma: no cover - makes this a generator

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -42,12 +43,22 @@ class Engine(Protocol):
         """Token ids of ``messages`` in the model's chat format, ready for generation."""
         ...
 
+    def encode(self, text: str) -> list[int]:
+        """Token ids of plain ``text`` (no chat format, no special tokens)."""
+        ...
+
     def stream(
-        self, prompt_token_ids: list[int], options: SamplingOptions, request_id: str
+        self,
+        prompt_token_ids: list[int],
+        options: SamplingOptions,
+        request_id: str,
+        *,
+        stop: threading.Event | None = None,
     ) -> Iterator[Delta]:
         """Generate for one request, yielding deltas until the last has ``finished``.
 
-        Closing the iterator early aborts the request in the engine.
+        Closing the iterator early, or setting ``stop``, aborts the request in the
+        engine and frees its slot; after ``stop`` the iterator simply ends.
         Raises ``EngineError`` if the engine fails.
         """
         ...

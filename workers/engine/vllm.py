@@ -83,8 +83,17 @@ class VllmEngine:
             )
         return list(rendered["input_ids"])
 
+    def encode(self, text: str) -> list[int]:
+        with self._tokenizer_lock:
+            return list(self._tokenizer.encode(text, add_special_tokens=False))
+
     def stream(
-        self, prompt_token_ids: list[int], options: SamplingOptions, request_id: str
+        self,
+        prompt_token_ids: list[int],
+        options: SamplingOptions,
+        request_id: str,
+        *,
+        stop: threading.Event | None = None,
     ) -> Iterator[Delta]:
         if self._engine is None or self._closed:
             raise EngineError("the engine is not running")
@@ -94,8 +103,8 @@ class VllmEngine:
         )
         try:
             while True:
-                item = deltas.get()
-                if item is _END:
+                item = _next_delta(deltas, stop)
+                if item is _END or item is _STOPPED:
                     return
                 if isinstance(item, BaseException):
                     if type(item).__name__ == "EngineDeadError":
@@ -158,6 +167,23 @@ class VllmEngine:
             self._engine = None
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
+
+
+_STOPPED = object()
+# How often a waiting stream looks at its stop event: a cancelled request that the
+# engine has not scheduled yet still gives up its place within this long.
+STOP_POLL_S = 0.1
+
+
+def _next_delta(deltas: queue.SimpleQueue[Any], stop: threading.Event | None) -> Any:
+    if stop is None:
+        return deltas.get()
+    while not stop.is_set():
+        try:
+            return deltas.get(timeout=STOP_POLL_S)
+        except queue.Empty:
+            continue
+    return _STOPPED
 
 
 def engine_arguments(model_path: str, config: TierConfig) -> dict[str, Any]:

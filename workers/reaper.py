@@ -1,0 +1,224 @@
+"""Recovering work that a dead worker or a restarted Redis left behind.
+
+Each worker runs a reaper thread for its tier. Two things are recovered:
+
+* **Jobs of dead workers.** A running row whose worker has been missing from the
+  registry for ``MISSING_GRACE_S`` goes back to ``queued`` and its message is sent
+  again, so another worker resumes it; after ``max_attempts`` it is dead-lettered
+  instead, so a job that kills its worker cannot loop. Redelivery by Celery's
+  visibility timeout stays as a backstop; a copy that arrives late claims nothing.
+* **Queues a Redis restart emptied.** Redis without persistence forgets its lists.
+  The first worker of a tier to see a new Redis run sends every queued job of the
+  tier again; a duplicate message of a job claims nothing, so this is always safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import redis
+from sqlalchemy import select, update
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from schemas.jobs import JobStatus
+from schemas.queues import Priority, Tier, worker_key
+from schemas.tables import Job, utcnow
+from workers.publisher import StreamPublisher
+
+log = logging.getLogger(__name__)
+
+REAP_INTERVAL_S = 1.0
+# Longer than a few missed heartbeats, so a Redis restart (which drops every
+# registry entry until the next heartbeat) does not look like dead workers.
+MISSING_GRACE_S = 5.0
+RECONCILED_KEY = "llmq:reconciled:{tier}:{run_id}"
+
+SendJob = Callable[[str, Tier, Priority], None]
+
+
+@dataclass(frozen=True)
+class RunningRow:
+    """A running job as the reaper sees it."""
+
+    id: str
+    worker_id: str
+    attempts: int
+    priority: Priority
+
+
+@dataclass
+class Reaper:
+    """Finds and recovers the orphaned jobs of one tier; ``run_once`` is one pass."""
+
+    sessions: sessionmaker[Session]
+    redis: redis.Redis
+    tier: Tier
+    send: SendJob
+    max_attempts: int
+    replay_ttl_s: int
+    grace_s: float = MISSING_GRACE_S
+    _missing_since: dict[str, float] = field(default_factory=dict)
+    _redis_run: str | None = None
+
+    def run_once(self) -> int:
+        """Recover what can be recovered now; return how many jobs were sent again."""
+        return self._reconcile_after_restart() + self._recover_orphans()
+
+    def _recover_orphans(self) -> int:
+        rows = running_rows(self.sessions, self.tier)
+        dead = self._dead_workers({row.worker_id for row in rows}, now=time.monotonic())
+        recovered = 0
+        for row in rows:
+            if row.worker_id in dead:
+                recovered += self._recover(row)
+        return recovered
+
+    def _dead_workers(self, worker_ids: set[str], *, now: float) -> set[str]:
+        """Workers missing from the registry for at least ``grace_s``."""
+        ordered = sorted(worker_ids)
+        pipe = self.redis.pipeline(transaction=False)
+        for worker_id in ordered:
+            pipe.exists(worker_key(worker_id))
+        alive = dict(zip(ordered, pipe.execute(), strict=True))
+        for worker_id in list(self._missing_since):
+            if worker_id not in worker_ids or alive.get(worker_id):
+                del self._missing_since[worker_id]
+        dead = set()
+        for worker_id, present in alive.items():
+            if present:
+                continue
+            first_missed = self._missing_since.setdefault(worker_id, now)
+            if now - first_missed >= self.grace_s:
+                dead.add(worker_id)
+        return dead
+
+    def _recover(self, row: RunningRow) -> int:
+        if row.attempts >= self.max_attempts:
+            message = f"dead-lettered: its worker died during each of its {row.attempts} attempts"
+            if release_job(self.sessions, row, JobStatus.DEAD_LETTER, error=message):
+                log.error("job %s %s", row.id, message)
+                publisher = StreamPublisher(self.redis, row.id, ttl_s=self.replay_ttl_s)
+                publisher.adopt()
+                publisher.error(message)
+            return 0
+        if not release_job(self.sessions, row, JobStatus.QUEUED):
+            return 0  # its worker came back and finished it, or another reaper won
+        log.warning("worker %s died running job %s; sending it again", row.worker_id, row.id)
+        try:
+            self.send(row.id, self.tier, row.priority)
+        except Exception:
+            # Put the row back as it was, so the next pass tries again.
+            restore_running(self.sessions, row)
+            raise
+        return 1
+
+    def _reconcile_after_restart(self) -> int:
+        run_id = str(self.redis.info("server").get("run_id", ""))
+        if run_id == self._redis_run:
+            return 0
+        self._redis_run = run_id
+        marker = RECONCILED_KEY.format(tier=self.tier.value, run_id=run_id)
+        if not self.redis.set(marker, "1", nx=True):
+            return 0  # another worker of this tier already did it for this Redis run
+        queued = queued_rows(self.sessions, self.tier)
+        try:
+            for job_id, priority in queued:
+                self.send(job_id, self.tier, priority)
+        except Exception:
+            self.redis.delete(marker)  # let the next pass (or another worker) do it all
+            self._redis_run = None
+            raise
+        if queued:
+            log.warning("sent %d queued %s jobs again for a new Redis run", len(queued), self.tier)
+        return len(queued)
+
+
+def running_rows(sessions: sessionmaker[Session], tier: Tier) -> list[RunningRow]:
+    """Every running job of ``tier``."""
+    query = select(Job.id, Job.worker_id, Job.attempts, Job.priority).where(
+        Job.status == JobStatus.RUNNING.value, Job.tier == tier.value
+    )
+    with sessions() as session:
+        return [
+            RunningRow(row.id, row.worker_id or "", row.attempts, Priority(row.priority))
+            for row in session.execute(query)
+        ]
+
+
+def queued_rows(sessions: sessionmaker[Session], tier: Tier) -> list[tuple[str, Priority]]:
+    """Every queued job of ``tier``, oldest first."""
+    query = (
+        select(Job.id, Job.priority)
+        .where(Job.status == JobStatus.QUEUED.value, Job.tier == tier.value)
+        .order_by(Job.created_at)
+    )
+    with sessions() as session:
+        return [(row.id, Priority(row.priority)) for row in session.execute(query)]
+
+
+def release_job(
+    sessions: sessionmaker[Session],
+    row: RunningRow,
+    status: JobStatus,
+    *,
+    error: str | None = None,
+) -> bool:
+    """Move a dead worker's running job to ``status``; False if the row changed meanwhile."""
+    values: dict[str, object] = {"status": status.value}
+    if status.is_final:
+        values |= {"error": error, "finished_at": utcnow()}
+    release = (
+        update(Job)
+        .where(
+            Job.id == row.id,
+            Job.status == JobStatus.RUNNING.value,
+            Job.worker_id == row.worker_id,
+            Job.attempts == row.attempts,
+        )
+        .values(**values)
+        .returning(Job.id)
+    )
+    with sessions.begin() as session:
+        return session.execute(release).first() is not None
+
+
+def restore_running(sessions: sessionmaker[Session], row: RunningRow) -> None:
+    """Undo :func:`release_job` to ``queued`` when the message could not be sent."""
+    restore = (
+        update(Job)
+        .where(Job.id == row.id, Job.status == JobStatus.QUEUED.value)
+        .values(status=JobStatus.RUNNING.value)
+    )
+    with sessions.begin() as session:
+        session.execute(restore)
+
+
+class ReaperThread:
+    """Runs a :class:`Reaper` every ``interval_s`` until stopped; errors are logged."""
+
+    def __init__(self, reaper: Reaper, *, interval_s: float = REAP_INTERVAL_S) -> None:
+        self._reaper = reaper
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="llmq-reaper", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            try:
+                self._reaper.run_once()
+            except (redis.RedisError, SQLAlchemyError) as exc:
+                log.warning("reaper pass failed (%s); retrying", exc.__class__.__name__)
+            except Exception:
+                log.exception("reaper pass failed")

@@ -1,0 +1,117 @@
+"""The jobs a worker is generating right now, and the cancel requests that stop them."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import redis
+
+from schemas.queues import CANCEL_CHANNEL
+
+log = logging.getLogger(__name__)
+
+
+class StopReason(StrEnum):
+    """Why a job's generation was stopped before the engine finished it."""
+
+    CANCELLED = "cancelled"
+    DEADLINE = "deadline"
+
+
+@dataclass
+class RunningJob:
+    """One job in generation: ``stop`` aborts it in the engine, ``reason`` says why."""
+
+    stop: threading.Event = field(default_factory=threading.Event)
+    reason: StopReason | None = None
+    _timer: threading.Timer | None = None
+
+    def halt(self, reason: StopReason) -> None:
+        """Stop the generation (the first reason given is the one kept)."""
+        if self.reason is None:
+            self.reason = reason
+        self.stop.set()
+
+    def stop_at(self, delay_s: float) -> None:
+        """Halt with reason ``deadline`` after ``delay_s`` seconds."""
+        self._timer = threading.Timer(max(0.0, delay_s), self.halt, args=(StopReason.DEADLINE,))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+class RunningJobs:
+    """Thread-safe map of job id to :class:`RunningJob` for one worker."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: dict[str, RunningJob] = {}
+
+    def start(self, job_id: str) -> RunningJob:
+        job = RunningJob()
+        with self._lock:
+            self._jobs[job_id] = job
+        return job
+
+    def finish(self, job_id: str) -> None:
+        with self._lock:
+            job = self._jobs.pop(job_id, None)
+        if job is not None:
+            job.close()
+
+    def cancel(self, job_id: str) -> bool:
+        """Halt ``job_id`` if it runs here; True if it did."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+        if job is None:
+            return False
+        job.halt(StopReason.CANCELLED)
+        return True
+
+
+class CancelListener:
+    """Follows the cancel channel and halts named jobs that run in this worker.
+
+    Pub/sub may miss a message while Redis is away; the job runner also looks for the
+    job's cancel key once, so a cancel is never lost for long.
+    """
+
+    def __init__(self, client: redis.Redis, running: RunningJobs) -> None:
+        self._redis = client
+        self._running = running
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="llmq-cancel", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._follow()
+            except redis.RedisError as exc:
+                log.warning("cancel channel lost (%s); reconnecting", exc.__class__.__name__)
+                time.sleep(1.0)
+
+    def _follow(self) -> None:
+        with self._redis.pubsub(ignore_subscribe_messages=True) as pubsub:  # type: ignore[no-untyped-call]
+            pubsub.subscribe(CANCEL_CHANNEL)
+            while not self._stop.is_set():
+                message = pubsub.get_message(timeout=1.0)
+                if message is None or message.get("type") != "message":
+                    continue
+                data = message["data"]
+                job_id = data.decode(errors="replace") if isinstance(data, bytes) else str(data)
+                if self._running.cancel(job_id):
+                    log.info("job %s cancelled by its client", job_id)
