@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from functools import partial
 
 import redis
@@ -182,7 +182,7 @@ class Client:
 
     def events(
         self, job_id: str, *, from_seq: int = 0, timeout: float | None = None
-    ) -> Iterator[Event]:
+    ) -> Generator[Event, None, None]:
         """A job's stream events from ``from_seq`` on, ending with the terminal event."""
         lookup = partial(self.terminal_event, job_id)
         return read_events(
@@ -219,7 +219,9 @@ class JobHandle:
     def __repr__(self) -> str:
         return f"JobHandle({self.job_id!r}, tier={self.tier}, priority={self.priority})"
 
-    def events(self, *, from_seq: int = 0, timeout: float | None = None) -> Iterator[Event]:
+    def events(
+        self, *, from_seq: int = 0, timeout: float | None = None
+    ) -> Generator[Event, None, None]:
         """Every stream event from ``from_seq``, in order, each exactly once."""
         for event in self.client.events(self.job_id, from_seq=from_seq, timeout=timeout):
             if isinstance(event, FinalEvent | ErrorEvent):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Generator
 from typing import Any
 
 import redis
@@ -91,7 +91,7 @@ def read_events(
     from_seq: int = 0,
     timeout: float | None = None,
     terminal_lookup: TerminalLookup | None = None,
-) -> Iterator[Event]:
+) -> Generator[Event, None, None]:
     """Yield a job's events from ``from_seq`` to the terminal one.
 
     A lost Redis connection is re-opened and reading goes on from the next sequence
@@ -137,7 +137,7 @@ def _follow(
     seq: Sequencer,
     deadline: float | None,
     terminal_lookup: TerminalLookup | None,
-) -> Iterator[Event]:
+) -> Generator[Event, None, None]:
     log_key = event_log_key(job_id)
     with client.pubsub() as pubsub:  # type: ignore[no-untyped-call]
         pubsub.subscribe(event_channel(job_id))

@@ -39,6 +39,14 @@ class TierConfig(BaseModel):
         default=None, ge=1, description="KV-cache block in tokens; None: 32 on CPU, vLLM's on GPU"
     )
     concurrency: int = Field(default=16, ge=1, le=1024, description="Jobs a worker runs at once")
+    reserved_interactive_slots: int | None = Field(
+        default=None,
+        ge=0,
+        description="slots batch work may never take; None: a quarter of the slots, at least 1",
+    )
+    batch_min_slots: int = Field(
+        default=1, ge=0, description="slots interactive work leaves to waiting batch work"
+    )
     max_job_seconds: int = Field(default=600, ge=1)
     interactive_wait_slo_ms: float = Field(
         default=2000.0, gt=0, description="auto routing steps away when the wait exceeds it"

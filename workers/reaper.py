@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 REAP_INTERVAL_S = 1.0
 # Longer than a few missed heartbeats, so a Redis restart (which drops every
 # registry entry until the next heartbeat) does not look like dead workers.
-MISSING_GRACE_S = 5.0
+MISSING_GRACE_S = 3.0
 RECONCILED_KEY = "llmq:reconciled:{tier}:{run_id}"
 
 SendJob = Callable[[str, Tier, Priority], None]

@@ -15,9 +15,9 @@ from schemas.queues import Tier, worker_key
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_S = 2.0
+HEARTBEAT_S = 1.0
 # A worker that misses a few heartbeats disappears from the registry by itself.
-EXPIRY_S = 10
+EXPIRY_S = 5
 
 
 class WorkerRegistration:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from typing import IO
 
 import redis
@@ -24,19 +27,39 @@ def start_worker_process(
     concurrency: int | None = None,
     output: IO[bytes] | None = None,
     metrics_port: int | None = None,
+    env: Mapping[str, str] | None = None,
+    own_group: bool = False,
 ) -> subprocess.Popen[bytes]:
-    """Run ``llmq worker --tier <tier>`` against ``settings``' broker and database."""
+    """Run ``llmq worker --tier <tier>`` against ``settings``' broker and database.
+
+    ``env`` adds variables; with ``own_group`` the worker and its engine processes form
+    a process group, so :func:`kill_group` can crash them all at once.
+    """
     command = [sys.executable, "-m", "producer.cli", "worker", "--tier", tier.value]
     if concurrency:
         command += ["--concurrency", str(concurrency)]
     if metrics_port is not None:
         command += ["--metrics-port", str(metrics_port)]
-    env = {
+    variables = {
         **os.environ,
         "LLMQ_BROKER_URL": settings.broker_url,
         "LLMQ_DATABASE_URL": settings.database_url,
+        **(env or {}),
     }
-    return subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        command,
+        env=variables,
+        stdout=output,
+        stderr=subprocess.STDOUT,
+        start_new_session=own_group,
+    )
+
+
+def kill_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a worker started with ``own_group`` and its engine processes: a crash."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
 
 
 def wait_until_warm(

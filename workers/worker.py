@@ -14,9 +14,10 @@ import redis
 from schemas.db import make_engine, make_sessions
 from schemas.errors import BrokerUnavailable
 from schemas.prompt_registry import PromptCatalog
-from schemas.queues import GENERATE_TASK, Priority, Tier, job_message, tier_queues
+from schemas.queues import GENERATE_TASK, Priority, Tier, job_message, queue_name, tier_queues
 from schemas.settings import Settings
 from workers.app import LlmqCelery, make_app
+from workers.capacity import SlotGate, install_gate, slot_shares
 from workers.engine.vllm import VllmEngine
 from workers.metrics import WorkerMetrics
 from workers.models import resolve_model
@@ -146,8 +147,20 @@ def _start_helpers(runtime: WorkerRuntime, app: LlmqCelery) -> list[ReaperThread
 def _consume(
     app: LlmqCelery, runtime: WorkerRuntime, options: WorkerOptions, concurrency: int
 ) -> int:
+    shares = slot_shares(runtime.settings.tier(runtime.tier), concurrency)
+    batch_queue = queue_name(runtime.tier, Priority.BATCH)
+    install_gate(
+        app,
+        SlotGate(runtime.tier, shares, batch_waiting=lambda: bool(runtime.redis.llen(batch_queue))),
+    )
     queues = tier_queues(runtime.tier)
-    log.info("worker %s is warm; consuming %s", runtime.worker_id, ", ".join(queues))
+    log.info(
+        "worker %s is warm; consuming %s; batch may use %d of %d slots",
+        runtime.worker_id,
+        ", ".join(queues),
+        shares.batch_max,
+        shares.slots,
+    )
     worker = app.Worker(
         hostname=runtime.worker_id,
         queues=queues,

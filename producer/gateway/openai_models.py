@@ -57,8 +57,11 @@ class ChatCompletionRequest(BaseModel):
 def _message(message: dict[str, Any]) -> dict[str, Any]:
     content = message.get("content")
     if isinstance(content, list):
-        # OpenAI's content parts: llmq serves text only, so join the text parts.
-        content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
+        # OpenAI's content parts: llmq serves text only, so join the text parts. A part
+        # whose text is not a string is passed on as it is, for validation to refuse.
+        texts = [part.get("text", "") for part in content if isinstance(part, dict)]
+        if all(isinstance(text, str) for text in texts):
+            content = "".join(texts)
     return {"role": message.get("role"), "content": content}
 
 

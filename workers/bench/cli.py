@@ -10,7 +10,8 @@ from schemas.queues import Tier
 
 
 def register(commands: Any) -> None:
-    """Add ``llmq bench overhead``, ``batching``, ``warm`` and ``gateway``."""
+    """Add the ``llmq bench`` commands (overhead, batching, warm, gateway, priority, faults,
+    classifier, routing)."""
     bench = commands.add_parser("bench", help="side-by-side benchmarks (JSON on the last line)")
     kinds = bench.add_subparsers(title="benchmarks", metavar="BENCH", required=True)
 
@@ -40,6 +41,9 @@ def register(commands: Any) -> None:
     gateway.add_argument("--port", type=int, default=8765)
     gateway.set_defaults(handler=_gateway)
 
+    _add_priority(kinds)
+    _add_faults(kinds)
+
     classifier = kinds.add_parser("classifier", help="routing classifier latency and accuracy")
     classifier.add_argument("-n", "--samples", type=int, default=1000)
     classifier.add_argument("--json", action="store_true", help="print only the JSON result")
@@ -56,6 +60,33 @@ def register(commands: Any) -> None:
     routing.add_argument("--output-tokens", type=int, default=200, help="per request")
     routing.add_argument("--json", action="store_true", help="print only the JSON result")
     routing.set_defaults(handler=_routing)
+
+
+def _add_priority(kinds: Any) -> None:
+    priority = kinds.add_parser(
+        "priority", help="interactive TTFT: idle worker vs one busy with a batch flood"
+    )
+    _common(priority)
+    priority.add_argument("-n", "--samples", type=int, default=20, help="interactive requests")
+    priority.add_argument("--batch-jobs", type=int, default=200, help="batch backlog size")
+    priority.add_argument("--concurrency", type=int, default=8, help="the worker's slots")
+    priority.add_argument("--max-tokens", type=int, default=8, help="per interactive request")
+    priority.add_argument("--batch-max-tokens", type=int, default=48, help="per batch job")
+    priority.set_defaults(handler=_priority)
+
+
+def _add_faults(kinds: Any) -> None:
+    faults = kinds.add_parser(
+        "faults", help="kill workers, restart Redis, poison and fuzz: count losses"
+    )
+    faults.add_argument("--kills", type=int, default=20, help="workers killed mid-generation")
+    faults.add_argument("--restart-jobs", type=int, default=20, help="jobs around a Redis crash")
+    faults.add_argument("--reconnects", type=int, default=100, help="finished-stream re-reads")
+    faults.add_argument("--fuzz-cases", type=int, default=1000, help="bad inputs of each kind")
+    faults.add_argument("--max-tokens", type=int, default=96, help="per killed job")
+    faults.add_argument("--seed", type=int, default=7)
+    faults.add_argument("--json", action="store_true", help="print only the JSON result")
+    faults.set_defaults(handler=_faults)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -107,6 +138,38 @@ def _gateway(args: argparse.Namespace) -> int:
         samples=args.samples,
         max_tokens=args.max_tokens,
         port=args.port,
+    )
+    return _emit(result, args.json)
+
+
+def _priority(args: argparse.Namespace) -> int:
+    from schemas.settings import Settings
+    from workers.bench.priority import run_priority
+
+    result = run_priority(
+        Settings.from_env(),
+        tier=Tier(args.tier),
+        samples=args.samples,
+        batch_jobs=args.batch_jobs,
+        concurrency=args.concurrency,
+        max_tokens=args.max_tokens,
+        batch_max_tokens=args.batch_max_tokens,
+    )
+    return _emit(result, args.json)
+
+
+def _faults(args: argparse.Namespace) -> int:
+    from schemas.settings import Settings
+    from workers.bench.faults import run_faults
+
+    result = run_faults(
+        Settings.from_env(),
+        kills=args.kills,
+        restart_jobs=args.restart_jobs,
+        reconnects=args.reconnects,
+        fuzz_cases=args.fuzz_cases,
+        max_tokens=args.max_tokens,
+        seed=args.seed,
     )
     return _emit(result, args.json)
 

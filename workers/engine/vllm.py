@@ -13,7 +13,7 @@ import logging
 import os
 import queue
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from schemas.errors import EngineDead, EngineError
@@ -103,9 +103,11 @@ class VllmEngine:
         )
         try:
             while True:
-                item = _next_delta(deltas, stop)
+                item = _next_delta(deltas, stop, lambda: self._closed)
                 if item is _END or item is _STOPPED:
                     return
+                if item is _CLOSED:
+                    raise EngineError("the engine shut down during generation")
                 if isinstance(item, BaseException):
                     if type(item).__name__ == "EngineDeadError":
                         self.dead = True
@@ -170,20 +172,25 @@ class VllmEngine:
 
 
 _STOPPED = object()
-# How often a waiting stream looks at its stop event: a cancelled request that the
-# engine has not scheduled yet still gives up its place within this long.
+_CLOSED = object()
+# How often a waiting stream looks at its stop event and at the engine: a cancelled
+# request that the engine has not scheduled yet still gives up its place within this
+# long, and no thread waits forever on an engine that was shut down.
 STOP_POLL_S = 0.1
 
 
-def _next_delta(deltas: queue.SimpleQueue[Any], stop: threading.Event | None) -> Any:
-    if stop is None:
-        return deltas.get()
-    while not stop.is_set():
+def _next_delta(
+    deltas: queue.SimpleQueue[Any], stop: threading.Event | None, closed: Callable[[], bool]
+) -> Any:
+    while True:
+        if stop is not None and stop.is_set():
+            return _STOPPED
+        if closed():
+            return _CLOSED
         try:
             return deltas.get(timeout=STOP_POLL_S)
         except queue.Empty:
             continue
-    return _STOPPED
 
 
 def engine_arguments(model_path: str, config: TierConfig) -> dict[str, Any]:

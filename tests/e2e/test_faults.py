@@ -1,0 +1,75 @@
+"""Fault injection with real workers on a private Redis: crashes lose and duplicate nothing.
+
+These tests share one lab (its own ``redis-server``, which they crash, and two workers
+in their own process groups, which they kill) and its own PostgreSQL database. They
+run what ``llmq bench faults`` runs, and assert its counts are zero (the fuzzing part
+is in ``test_fuzz_queue.py`` and ``tests/unit/test_fuzz_requests.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from producer.client import Client
+from schemas.settings import Settings
+from tests.conftest import postgres_database, truncate_jobs
+from workers.bench.faults import (
+    Lab,
+    fault_lab,
+    finished_reconnects,
+    kill_loop,
+    poison_job,
+    redis_restart,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]
+
+KILLS = 20
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[tuple[Lab, Client]]:
+    database_url = postgres_database("llmq_faults")
+    truncate_jobs(database_url)
+    with fault_lab(Settings(database_url=database_url)) as lab, Client(lab.settings) as client:
+        yield lab, client
+
+
+def test_workers_killed_mid_generation_lose_and_duplicate_nothing(
+    lab: tuple[Lab, Client],
+) -> None:
+    report = kill_loop(*lab, kills=KILLS, max_tokens=96, seed=1)
+    assert report.kills == KILLS
+    assert report.jobs_lost == 0
+    assert report.duplicate_results == 0
+    assert (report.stream_gaps, report.stream_dups, report.incoherent_texts) == (0, 0, 0)
+    assert report.resumed_attempts == KILLS  # each job went on in a second attempt
+    assert report.reconnects > KILLS  # the listeners dropped and resumed many times
+
+
+def test_every_acknowledged_job_survives_a_redis_crash(lab: tuple[Lab, Client]) -> None:
+    report = redis_restart(*lab, jobs=16, max_tokens=24)
+    assert report.restarts == 1
+    assert report.acknowledged >= 8
+    assert report.jobs_lost == 0
+    assert lab[0].alive() == 2
+
+
+def test_a_job_that_kills_every_worker_it_meets_is_dead_lettered(
+    lab: tuple[Lab, Client],
+) -> None:
+    assert poison_job(*lab, max_tokens=96)
+
+
+def test_rereading_streams_from_random_points_has_no_gaps_or_duplicates(
+    lab: tuple[Lab, Client],
+) -> None:
+    _, client = lab
+    request = {"messages": [{"role": "user", "content": "Name three rivers."}], "max_tokens": 24}
+    handles = [client.submit(request, tier="small") for _ in range(3)]
+    for handle in handles:
+        handle.result(timeout=300)
+    gaps, dups = finished_reconnects(client, [h.job_id for h in handles], times=100, seed=5)
+    assert (gaps, dups) == (0, 0)

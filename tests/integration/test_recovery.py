@@ -1,0 +1,245 @@
+"""Recovery against real Redis and PostgreSQL: dead workers, re-runs, cancels, deadlines.
+
+The engine is scripted (tests/e2e kill real workers); what is pinned down here is
+the bookkeeping: rows, attempts, and the stream a listening client sees.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from sqlalchemy import update
+
+from producer.client import Client
+from schemas.errors import JobFailed
+from schemas.events import AttemptEvent, ErrorEvent, FinalEvent, TokenEvent
+from schemas.jobs import JobStatus
+from schemas.queues import Priority, Tier, event_log_key
+from schemas.settings import Settings
+from schemas.tables import Job
+from tests.conftest import job_row
+from tests.integration.test_runner import ScriptedEngine, runtime_for
+from workers.bench.redis_server import RedisServer
+from workers.jobs import claim_job
+from workers.publisher import StreamPublisher
+from workers.reaper import Reaper
+from workers.runner import run_job
+
+pytestmark = pytest.mark.integration
+
+REQUEST = {"messages": [{"role": "user", "content": "count to ten"}], "max_tokens": 10}
+
+
+class SentJobs:
+    """Records what a reaper sends instead of publishing it."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, Tier, Priority]] = []
+
+    def __call__(self, job_id: str, tier: Tier, priority: Priority) -> None:
+        self.sent.append((job_id, tier, priority))
+
+
+def reaper_for(settings: Settings, send: SentJobs, *, max_attempts: int = 3) -> Reaper:
+    runtime = runtime_for(settings, ScriptedEngine([]))
+    return Reaper(
+        sessions=runtime.sessions,
+        redis=runtime.redis,
+        tier=Tier.SMALL,
+        send=send,
+        max_attempts=max_attempts,
+        replay_ttl_s=60,
+        grace_s=0.0,
+    )
+
+
+def die_mid_stream(settings: Settings, job_id: str, chunks: list[str], worker_id: str) -> None:
+    """What a worker that was killed after streaming ``chunks`` leaves behind."""
+    runtime = runtime_for(settings, ScriptedEngine([]))
+    claimed = claim_job(runtime.sessions, job_id, worker_id)
+    assert claimed is not None
+    publisher = StreamPublisher(runtime.redis, job_id, ttl_s=60)
+    if claimed.attempt > 1:
+        publisher.resume(claimed.attempt)
+    for chunk in chunks:
+        publisher.token(chunk)
+
+
+def test_a_dead_workers_job_is_requeued_and_resumed_into_one_text(
+    integration_settings: Settings,
+) -> None:
+    send = SentJobs()
+    reaper = reaper_for(integration_settings, send)
+    reaper.run_once()  # the first look at this Redis run re-sends queued jobs: none yet
+    engine = ScriptedEngine([" three", " four"])
+    with Client(integration_settings) as client:
+        handle = client.submit(REQUEST)
+        listener = handle.events(timeout=20)
+        die_mid_stream(integration_settings, handle.job_id, ["one", " two"], "small-1@gone")
+        assert isinstance(next(listener), TokenEvent)
+        assert reaper.run_once() == 1
+        assert send.sent == [(handle.job_id, Tier.SMALL, Priority.INTERACTIVE)]
+        assert client.status(handle.job_id) is JobStatus.QUEUED
+        run_job(runtime_for(integration_settings, engine), handle.job_id)
+        events = [*listener]
+    assert [event.seq for event in events] == list(range(1, 6))
+    attempt = events[1]
+    assert isinstance(attempt, AttemptEvent)
+    assert (attempt.attempt, attempt.resumed_chars) == (2, len("one two"))
+    final = events[-1]
+    assert isinstance(final, FinalEvent)
+    streamed = ["one"] + [e.text for e in events if isinstance(e, TokenEvent)]
+    assert "".join(streamed) == final.text == "one two three four"
+    # The new attempt continued after the streamed text, within the same token budget.
+    assert engine.prompts[0][-2:] == [2, 2]
+    assert engine.seen[0].max_tokens == 10 - 2
+    row = job_row(integration_settings.database_url, handle.job_id)
+    assert (row.status, row.attempts, row.output_text) == ("done", 2, final.text)
+
+
+def test_a_live_workers_job_is_left_alone(integration_settings: Settings) -> None:
+    send = SentJobs()
+    reaper = reaper_for(integration_settings, send)
+    with Client(integration_settings) as client:
+        handle = client.submit(REQUEST)
+        die_mid_stream(integration_settings, handle.job_id, ["one"], "small-2@alive")
+        client.redis.hset("llmq:worker:small-2@alive", "tier", '"small"')
+        reaper.run_once()
+        assert client.status(handle.job_id) is JobStatus.RUNNING
+    assert send.sent == []
+
+
+def test_a_job_whose_worker_dies_every_time_is_dead_lettered(
+    integration_settings: Settings,
+) -> None:
+    send = SentJobs()
+    reaper = reaper_for(integration_settings, send, max_attempts=2)
+    with Client(integration_settings) as client:
+        handle = client.submit(REQUEST)
+        for attempt in (1, 2):
+            die_mid_stream(integration_settings, handle.job_id, ["x"], f"small-{attempt}@gone")
+            reaper.run_once()
+        assert client.status(handle.job_id) is JobStatus.DEAD_LETTER
+        with pytest.raises(JobFailed, match="dead-lettered"):
+            handle.result(timeout=5)
+        engine = ScriptedEngine(["never"])
+        run_job(runtime_for(integration_settings, engine), handle.job_id)
+    assert engine.seen == []
+    assert [job_id for job_id, _, _ in send.sent] == [handle.job_id]
+
+
+def test_an_attempt_that_lost_its_job_cannot_record_an_outcome(
+    integration_settings: Settings,
+) -> None:
+    send = SentJobs()
+    reaper = reaper_for(integration_settings, send)
+    slow = ScriptedEngine(["late ", "text"], delay_s=0.3)
+    with Client(integration_settings) as client:
+        handle = client.submit(REQUEST)
+        cut_off = threading.Thread(
+            target=run_job, args=(runtime_for(integration_settings, slow), handle.job_id)
+        )
+        cut_off.start()
+        time.sleep(0.15)  # claimed by a worker that is not in the registry
+        reaper.run_once()
+        run_job(runtime_for(integration_settings, ScriptedEngine([" fresh"])), handle.job_id)
+        cut_off.join()
+        row = job_row(integration_settings.database_url, handle.job_id)
+    assert row.status == "done"
+    assert row.output_text is not None and row.output_text.endswith(" fresh")
+    assert row.attempts == 2
+
+
+def test_queued_jobs_are_sent_again_once_per_new_redis_run(
+    integration_settings: Settings,
+) -> None:
+    with Client(integration_settings) as client:
+        handles = [client.submit(REQUEST, tier="small") for _ in range(3)]
+    first, second = SentJobs(), SentJobs()
+    reaper_for(integration_settings, first).run_once()
+    reaper_for(integration_settings, second).run_once()
+    assert sorted(job_id for job_id, _, _ in first.sent) == sorted(h.job_id for h in handles)
+    assert second.sent == []  # one worker per tier does it for each Redis run
+
+
+def test_a_queued_job_cancelled_never_runs(integration_settings: Settings) -> None:
+    engine = ScriptedEngine(["no"])
+    with Client(integration_settings) as client:
+        handle = client.submit(REQUEST)
+        handle.cancel()
+        assert client.status(handle.job_id) is JobStatus.CANCELLED
+        with pytest.raises(JobFailed, match="cancelled by its client"):
+            handle.result(timeout=5)
+        run_job(runtime_for(integration_settings, engine), handle.job_id)
+    assert engine.seen == []
+
+
+def test_a_running_job_cancelled_stops_in_the_engine(integration_settings: Settings) -> None:
+    engine = ScriptedEngine([f"w{i} " for i in range(50)], delay_s=0.05)
+    runtime = runtime_for(integration_settings, engine)
+    with Client(integration_settings) as client:
+        handle = client.submit(REQUEST)
+        worker = threading.Thread(target=run_job, args=(runtime, handle.job_id))
+        worker.start()
+        events = handle.events(timeout=20)
+        assert isinstance(next(events), TokenEvent)
+        assert runtime.running.cancel(handle.job_id)  # what the cancel listener does
+        rest = list(events)
+        worker.join()
+        assert client.status(handle.job_id) is JobStatus.CANCELLED
+    assert isinstance(rest[-1], ErrorEvent)
+    assert rest[-1].message == "cancelled by its client"
+    assert len(rest) < 20  # aborted long before its 50 chunks
+
+
+def test_a_cancel_sent_before_the_worker_listened_is_still_honoured(
+    integration_settings: Settings,
+) -> None:
+    engine = ScriptedEngine([f"w{i} " for i in range(50)], delay_s=0.02)
+    runtime = runtime_for(integration_settings, engine)
+    with Client(integration_settings) as client:
+        handle = client.submit(REQUEST)
+        claim_job(runtime.sessions, handle.job_id, "small-x@gone")  # running elsewhere
+        handle.cancel()  # leaves the cancel key; nobody listens yet
+        # The job is re-run (its first worker was lost) and sees the key.
+        with runtime.sessions.begin() as session:
+            session.execute(update(Job).where(Job.id == handle.job_id).values(status="queued"))
+        run_job(runtime, handle.job_id)
+        assert client.status(handle.job_id) is JobStatus.CANCELLED
+    assert len(engine.prompts) == 1
+
+
+def test_a_job_past_its_deadline_is_stopped_and_says_why(integration_settings: Settings) -> None:
+    engine = ScriptedEngine([f"w{i} " for i in range(50)], delay_s=0.05)
+    with Client(integration_settings) as client:
+        handle = client.submit(REQUEST, deadline_s=0.5)
+        run_job(runtime_for(integration_settings, engine), handle.job_id)
+        with pytest.raises(JobFailed, match="deadline"):
+            handle.result(timeout=5)
+        row = job_row(integration_settings.database_url, handle.job_id)
+    assert row.status == "failed"
+    assert row.error is not None and "deadline" in row.error
+
+
+def test_a_publisher_rewrites_a_log_that_a_redis_restart_lost(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        client = redis.Redis.from_url(server.url)
+        publisher = StreamPublisher(client, "job1", ttl_s=60)
+        publisher.token("a")
+        publisher.token("b")
+        restart = threading.Thread(target=server.restart, kwargs={"down_s": 1.0})
+        restart.start()
+        time.sleep(0.3)
+        publisher.token("c")  # Redis is down now; this waits for it
+        restart.join()
+        log = [bytes(raw).decode() for raw in client.lrange(event_log_key("job1"), 0, -1)]
+    finally:
+        server.stop()
+    assert [TokenEvent.model_validate_json(raw).text for raw in log] == ["a", "b", "c"]
+    assert [TokenEvent.model_validate_json(raw).seq for raw in log] == [0, 1, 2]

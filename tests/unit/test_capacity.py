@@ -1,0 +1,75 @@
+"""How a worker's slots are shared between interactive and batch work."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from schemas.queues import Priority, Tier
+from schemas.settings import TierConfig
+from workers.capacity import SlotGate, SlotShares, slot_shares
+
+INTER, BATCH = Priority.INTERACTIVE, Priority.BATCH
+
+
+def running(interactive: int, batch: int) -> dict[Priority, int]:
+    return {INTER: interactive, BATCH: batch}
+
+
+def test_batch_stops_at_the_slots_not_reserved_for_interactive_work() -> None:
+    shares = SlotShares(slots=8, reserved_interactive=2, batch_min=1)
+    assert shares.paused(running(0, 5), batch_waiting=True) == set()
+    assert shares.paused(running(0, 6), batch_waiting=True) == {BATCH}
+    assert shares.paused(running(2, 6), batch_waiting=True) == {BATCH}
+
+
+def test_interactive_leaves_the_batch_minimum_only_while_batch_waits() -> None:
+    shares = SlotShares(slots=8, reserved_interactive=2, batch_min=1)
+    assert shares.paused(running(7, 0), batch_waiting=False) == set()
+    assert shares.paused(running(7, 0), batch_waiting=True) == {INTER}
+    assert shares.paused(running(7, 1), batch_waiting=True) == set()
+
+
+def test_default_shares_keep_a_quarter_for_interactive_work() -> None:
+    assert slot_shares(TierConfig(), 16) == SlotShares(16, 4, 1)
+    assert slot_shares(TierConfig(), 2) == SlotShares(2, 1, 1)
+    assert slot_shares(TierConfig(), 1) == SlotShares(1, 0, 1)
+    assert slot_shares(TierConfig(reserved_interactive_slots=3, batch_min_slots=0), 4) == (
+        SlotShares(4, 3, 0)
+    )
+
+
+def test_impossible_shares_are_refused() -> None:
+    with pytest.raises(ValueError, match="fewer than"):
+        SlotShares(slots=4, reserved_interactive=4, batch_min=0)
+    with pytest.raises(ValueError, match="batch minimum"):
+        SlotShares(slots=4, reserved_interactive=2, batch_min=3)
+
+
+class RecordingSwitch:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def pause(self, queue: str) -> None:
+        self.calls.append(("pause", queue))
+
+    def resume(self, queue: str) -> None:
+        self.calls.append(("resume", queue))
+
+    def soon(self, callback: Callable[[], None]) -> None:
+        callback()
+
+
+def test_the_gate_pauses_batch_when_full_and_resumes_it_when_a_slot_frees() -> None:
+    gate = SlotGate(Tier.SMALL, SlotShares(4, 1, 1), batch_waiting=lambda: True)
+    switch = RecordingSwitch()
+    gate.attach(switch)
+    for index in range(3):
+        gate.received(f"b{index}", "llm.small.batch")
+    assert switch.calls == [("pause", "llm.small.batch")]
+    gate.received("i0", "llm.small.interactive")
+    gate.received("x", "not-a-queue")
+    gate.finished("b0")
+    assert switch.calls[-1] == ("resume", "llm.small.batch")
+    assert gate.running() == {INTER: 1, BATCH: 2}

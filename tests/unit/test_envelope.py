@@ -1,0 +1,54 @@
+"""Only job messages shaped like the producer's reach Celery; anything else is dropped."""
+
+from __future__ import annotations
+
+import json
+import random
+
+from celery import Celery
+
+from schemas.queues import GENERATE_TASK
+from workers.bench.fuzz import DEFAULT_QUEUE, random_queue_payload, task_message
+from workers.envelope import envelope_problem
+
+JOB_ID = "b" * 32
+
+
+def test_the_producers_own_message_passes() -> None:
+    app = Celery("envelope-check", broker="memory://", set_as_current=False)
+    app.conf.task_serializer = "json"
+    app.send_task(GENERATE_TASK, args=[JOB_ID], queue=DEFAULT_QUEUE, task_id=JOB_ID)
+    with app.connection() as connection:
+        published = connection.default_channel._get(DEFAULT_QUEUE)
+    assert envelope_problem(published) is None
+    assert envelope_problem(task_message([JOB_ID], message_id=JOB_ID)) is None
+
+
+def test_messages_that_stopped_or_froze_a_worker_are_refused() -> None:
+    odd_tag = task_message([JOB_ID], message_id=JOB_ID)
+    odd_tag["properties"]["delivery_tag"] = True
+    assert envelope_problem(odd_tag) == "not a job message (1 problem(s))"
+    unpacks_badly = task_message([JOB_ID], message_id=JOB_ID)
+    unpacks_badly["body"] = "WyJhYmMiXQ=="  # ["abc"]
+    assert envelope_problem(unpacks_badly) == "its body is not [args, kwargs, embed]"
+    no_type = task_message([JOB_ID], message_id=JOB_ID)
+    no_type["content-type"] = ""
+    assert envelope_problem(no_type) is not None
+    chained = task_message([JOB_ID], message_id=JOB_ID, embed={"callbacks": [{"task": "x"}]})
+    assert envelope_problem(chained) == "it carries callbacks or chains"
+    other_task = task_message([JOB_ID], message_id=JOB_ID, task="celery.backend_cleanup")
+    assert envelope_problem(other_task) is not None
+    assert envelope_problem([[[]]]) is not None
+
+
+def test_a_thousand_random_queue_entries_get_an_answer_not_an_exception() -> None:
+    rng = random.Random(11)
+    refused = 0
+    for _ in range(1000):
+        raw = random_queue_payload(rng)
+        try:
+            message = json.loads(raw)
+        except (ValueError, RecursionError):
+            continue  # the channel drops what is not JSON before this check
+        refused += envelope_problem(message) is not None
+    assert refused > 500

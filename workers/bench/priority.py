@@ -1,0 +1,113 @@
+"""``llmq bench priority``: interactive TTFT on an idle worker vs one flooded with batch."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select
+
+from producer.client import Client
+from schemas.jobs import JobStatus
+from schemas.queues import Priority, Tier
+from schemas.settings import Settings
+from schemas.tables import Job, utcnow
+from workers.bench.harness import (
+    PAIRED_WARMUP_ROUNDS,
+    SETTLE_S,
+    Rig,
+    bench_rig,
+    percentile,
+    queued_ttft_ms,
+    rounded,
+)
+from workers.capacity import slot_shares
+
+BATCH_PROMPT = "Summarise this ticket in one line: my parcel arrived late and damaged."
+
+
+def run_priority(
+    settings: Settings,
+    *,
+    tier: Tier,
+    samples: int,
+    batch_jobs: int,
+    concurrency: int,
+    max_tokens: int,
+    batch_max_tokens: int,
+) -> dict[str, Any]:
+    """Interactive TTFT, ``samples`` times on an idle worker, then again with
+    ``batch_jobs`` batch jobs queued and the worker busy with them; one worker, one run.
+
+    Also counts the batch jobs that finished while the loaded samples ran: batch work
+    must progress even while interactive work comes first.
+    """
+    shares = slot_shares(settings.tier(tier), concurrency)
+    with bench_rig(settings, tier, concurrency=concurrency, direct_engine=False) as rig:
+        idle = _interactive_samples(rig, samples, max_tokens, warmup=PAIRED_WARMUP_ROUNDS)
+        backlog = [
+            rig.client.submit(_batch_request(i, batch_max_tokens), tier=tier, priority="batch")
+            for i in range(batch_jobs)
+        ]
+        _wait_until_batch_fills(rig.client, shares.batch_max)
+        started = utcnow()
+        loaded = _interactive_samples(rig, samples, max_tokens, warmup=0)
+        batch_during = _batch_done_since(rig.client, started)
+        queued_after = sum(rig.client.status(h.job_id) is JobStatus.QUEUED for h in backlog)
+        for handle in backlog:  # the rest is not part of the figure
+            handle.cancel()
+    idle_p99, loaded_p99 = percentile(idle, 99), percentile(loaded, 99)
+    return {
+        "bench": "priority",
+        "tier": tier.value,
+        "n": samples,
+        "slots": shares.slots,
+        "batch_max_slots": shares.batch_max,
+        "batch_jobs": batch_jobs,
+        "idle_ttft_p50_ms": rounded(statistics.median(idle)),
+        "loaded_ttft_p50_ms": rounded(statistics.median(loaded)),
+        "idle_ttft_p99_ms": rounded(idle_p99),
+        "loaded_ttft_p99_ms": rounded(loaded_p99),
+        "ratio": rounded(loaded_p99 / idle_p99),
+        "batch_completed_during": batch_during,
+        "batch_still_queued_after": queued_after,
+    }
+
+
+def _batch_request(index: int, max_tokens: int) -> dict[str, object]:
+    return {
+        "messages": [{"role": "user", "content": f"{BATCH_PROMPT} (ticket {index})"}],
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+    }
+
+
+def _interactive_samples(rig: Rig, samples: int, max_tokens: int, *, warmup: int) -> list[float]:
+    values = []
+    for index in range(warmup + samples):
+        time.sleep(SETTLE_S)
+        ttft = queued_ttft_ms(rig, max_tokens)
+        if index >= warmup:
+            values.append(ttft)
+    return values
+
+
+def _wait_until_batch_fills(client: Client, batch_slots: int, timeout_s: float = 300.0) -> None:
+    """Block until the worker runs as many batch jobs as it may."""
+    deadline = time.monotonic() + timeout_s
+    while _count(client, Job.status == JobStatus.RUNNING.value) < batch_slots:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the worker never filled its batch slots")
+        time.sleep(0.05)
+
+
+def _batch_done_since(client: Client, since: datetime) -> int:
+    return _count(client, Job.status == JobStatus.DONE.value, Job.finished_at >= since)
+
+
+def _count(client: Client, *conditions: Any) -> int:
+    query = select(func.count()).where(Job.priority == Priority.BATCH.value, *conditions)
+    with client.sessions() as session:
+        return int(session.scalar(query) or 0)

@@ -1,0 +1,203 @@
+"""Reserved capacity: batch work never takes the slots kept for interactive work.
+
+A worker has N slots (its Celery concurrency). Batch jobs may hold at most N - K of
+them, so K are always free for an interactive job, which then starts at once even
+during a batch flood. Interactive work may hold every slot, except that while batch
+jobs wait it leaves ``batch_min`` slots to them: batch work always progresses.
+
+The gate acts where messages leave Redis: when a share is used up, the worker stops
+reading that queue (kombu cancels its consumer) and reads it again once a slot of
+that share is free. Nothing is taken that cannot start, so no urgent job ever waits
+behind a prefetched batch message.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+from schemas.queues import Priority, Tier, parse_queue_name, queue_name
+from schemas.settings import TierConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SlotShares:
+    """How a worker's slots are shared between priorities."""
+
+    slots: int
+    reserved_interactive: int
+    batch_min: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.reserved_interactive < self.slots:
+            raise ValueError("reserved interactive slots must be fewer than the worker's slots")
+        if not 0 <= self.batch_min <= self.slots - self.reserved_interactive:
+            raise ValueError("the batch minimum cannot exceed the slots batch may use")
+
+    @property
+    def batch_max(self) -> int:
+        return self.slots - self.reserved_interactive
+
+    def paused(self, running: dict[Priority, int], batch_waiting: bool) -> set[Priority]:
+        """Which priorities' queues to stop reading, given what runs and what waits."""
+        paused = set()
+        if running[Priority.BATCH] >= self.batch_max:
+            paused.add(Priority.BATCH)
+        batch_short = running[Priority.BATCH] < self.batch_min
+        if (
+            batch_waiting
+            and batch_short
+            and running[Priority.INTERACTIVE] >= self.slots - self.batch_min
+        ):
+            paused.add(Priority.INTERACTIVE)
+        return paused
+
+
+def slot_shares(config: TierConfig, slots: int) -> SlotShares:
+    """The tier's shares for a worker of ``slots`` slots (``--concurrency`` may differ).
+
+    By default a quarter of the slots (at least one) is kept for interactive work.
+    """
+    reserved = config.reserved_interactive_slots
+    if reserved is None:
+        reserved = max(1, slots // 4)
+    reserved = min(reserved, slots - 1)
+    return SlotShares(
+        slots=slots,
+        reserved_interactive=reserved,
+        batch_min=min(config.batch_min_slots, slots - reserved),
+    )
+
+
+class Switch(Protocol):
+    """Stops and restarts reading a queue."""
+
+    def pause(self, queue: str) -> None: ...
+
+    def resume(self, queue: str) -> None: ...
+
+    def soon(self, callback: Callable[[], None]) -> None: ...
+
+
+class QueueSwitch:
+    """The Celery consumer's :class:`Switch`; called on the consumer's own thread."""
+
+    def __init__(self, consumer: Any) -> None:
+        self._consumer = consumer
+
+    def pause(self, queue: str) -> None:
+        self._consumer.task_consumer.cancel_by_queue(queue)
+
+    def resume(self, queue: str) -> None:
+        task_consumer = self._consumer.task_consumer
+        if not task_consumer.consuming_from(queue):
+            task_consumer.add_queue(self._consumer.app.amqp.queues[queue])
+            task_consumer.consume()
+
+    def soon(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` on the consumer's thread (kombu channels are not thread-safe)."""
+        self._consumer.call_soon(callback)
+
+
+class SlotGate:
+    """Counts running jobs by priority and pauses or resumes their queues to match."""
+
+    def __init__(
+        self, tier: Tier, shares: SlotShares, *, batch_waiting: Callable[[], bool]
+    ) -> None:
+        self.tier = tier
+        self.shares = shares
+        self._batch_waiting = batch_waiting
+        self._lock = threading.Lock()
+        self._running = {priority: 0 for priority in Priority}
+        self._jobs: dict[str, Priority] = {}
+        self._paused: set[Priority] = set()
+        self._switch: Switch | None = None
+
+    def attach(self, switch: Switch) -> None:
+        """Start gating through ``switch`` (once the worker's consumer exists)."""
+        self._switch = switch
+        self._paused = set()
+
+    def running(self) -> dict[Priority, int]:
+        with self._lock:
+            return dict(self._running)
+
+    def received(self, task_id: str, routing_key: str) -> None:
+        """A message was taken (consumer thread): count it, then gate before the next read."""
+        try:
+            tier, priority = parse_queue_name(routing_key)
+        except ValueError:
+            return
+        if tier != self.tier:
+            return
+        with self._lock:
+            self._jobs[task_id] = priority
+            self._running[priority] += 1
+        self.rebalance()
+
+    def finished(self, task_id: str) -> None:
+        """A job ended (task thread): free its slot; the consumer thread re-gates."""
+        with self._lock:
+            priority = self._jobs.pop(task_id, None)
+            if priority is None:
+                return
+            self._running[priority] -= 1
+        if self._switch is not None:
+            self._switch.soon(self.rebalance)
+
+    def rebalance(self) -> None:
+        """Pause and resume queues to match the shares; consumer thread only."""
+        switch = self._switch
+        if switch is None:
+            return
+        running = self.running()
+        wanted = self.shares.paused(running, self._waiting_batch(running))
+        for priority in wanted - self._paused:
+            switch.pause(queue_name(self.tier, priority))
+        for priority in self._paused - wanted:
+            switch.resume(queue_name(self.tier, priority))
+        if wanted != self._paused:
+            log.debug("queues paused: %s (running %s)", sorted(wanted), running)
+        self._paused = wanted
+
+    def _waiting_batch(self, running: dict[Priority, int]) -> bool:
+        # Only asked when interactive work is about to crowd batch out.
+        if running[Priority.INTERACTIVE] < self.shares.slots - self.shares.batch_min:
+            return False
+        try:
+            return self._batch_waiting()
+        except Exception:
+            log.warning("could not read the batch queue's depth", exc_info=True)
+            return False
+
+
+def install_gate(app: Any, gate: SlotGate) -> None:
+    """Make ``app``'s worker consult ``gate``: a consumer step plus two task signals."""
+    from celery import bootsteps
+    from celery.signals import task_postrun, task_received
+
+    class GateStep(bootsteps.StartStopStep):  # type: ignore[misc]
+        requires: ClassVar[set[str]] = {"celery.worker.consumer.tasks:Tasks"}
+
+        def start(self, consumer: Any) -> None:
+            # Also after a reconnect: the consumer then reads every queue again.
+            gate.attach(QueueSwitch(consumer))
+            gate.rebalance()
+
+    def on_received(request: Any = None, **_: Any) -> None:
+        if request is not None:
+            gate.received(request.id, (request.delivery_info or {}).get("routing_key") or "")
+
+    def on_postrun(task_id: str | None = None, **_: Any) -> None:
+        if task_id is not None:
+            gate.finished(task_id)
+
+    app.steps["consumer"].add(GateStep)
+    task_received.connect(on_received, weak=False)
+    task_postrun.connect(on_postrun, weak=False)
