@@ -28,7 +28,24 @@ DROPPED_COUNTER = "llmq:stats:dropped_messages"
 
 
 class TolerantQoS(kombu_redis.QoS):
-    """QoS whose requeue-on-close gives up quietly when the connection is gone."""
+    """QoS that gives up quietly on messages of a connection that is gone.
+
+    After a reconnect, jobs that were running finish and ack through their old,
+    closed channel; kombu raises ``AttributeError`` there, which would stop the worker.
+    Such an ack has nothing left to do: the restarted Redis no longer holds the message.
+    """
+
+    def ack(self, delivery_tag: Any) -> None:
+        try:
+            super().ack(delivery_tag)  # type: ignore[no-untyped-call]
+        except (AttributeError, OSError, redis.RedisError) as exc:
+            log.warning("could not acknowledge a message (%s)", exc.__class__.__name__)
+
+    def reject(self, delivery_tag: Any, requeue: bool = False) -> None:
+        try:
+            super().reject(delivery_tag, requeue=requeue)  # type: ignore[no-untyped-call]
+        except (AttributeError, OSError, redis.RedisError) as exc:
+            log.warning("could not reject a message (%s)", exc.__class__.__name__)
 
     def restore_unacked(self, client: Any = None) -> None:
         try:

@@ -127,6 +127,13 @@ class Gateway:
         row = await self.owned_job(job_id, await self.identify(request))
         return job_view(row)
 
+    async def cancel_job(self, job_id: str, request: Request) -> dict[str, Any]:
+        """``POST /v1/jobs/{id}/cancel``: stop a job the caller owns; its state after."""
+        await self.owned_job(job_id, await self.identify(request))
+        await asyncio.to_thread(self.client.sync.cancel, job_id)
+        row = await asyncio.to_thread(load_job, self.client.sync.sessions, job_id)
+        return job_view(row)
+
     async def chat_completions(
         self, body: oai.ChatCompletionRequest, request: Request
     ) -> JSONResponse | StreamingResponse:
@@ -193,6 +200,7 @@ def create_app(settings: Settings, *, require_keys: bool = True) -> FastAPI:
     app.add_api_route("/metrics", gateway.prometheus, methods=["GET"])
     app.add_api_route("/v1/models", gateway.models, methods=["GET"])
     app.add_api_route("/v1/jobs/{job_id}", gateway.job, methods=["GET"])
+    app.add_api_route("/v1/jobs/{job_id}/cancel", gateway.cancel_job, methods=["POST"])
     app.add_api_route(
         "/v1/chat/completions", gateway.chat_completions, methods=["POST"], response_model=None
     )

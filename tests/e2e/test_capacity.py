@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
+from collections.abc import Callable
 
 import httpx
 import pytest
+from sqlalchemy import create_engine, func, select
 
 from producer.client import Client
-from schemas.queues import Tier
+from schemas.jobs import JobStatus
+from schemas.queues import Priority, Tier
 from schemas.settings import Settings
+from schemas.tables import Job
+from tests.conftest import job_row
 from tests.e2e.conftest import WORKER_METRICS_PORT
+from workers.capacity import slot_shares
 from workers.supervise import start_worker_process, stop_process, wait_until_warm
 
 pytestmark = pytest.mark.e2e
@@ -65,3 +72,58 @@ def test_worker_metrics_expose_slots_latencies_and_outcomes(client: Client, work
     assert values[done] >= 1
     assert values['llmq_worker_ttft_seconds_count{priority="interactive",tier="small"}'] >= 1
     assert values['llmq_worker_queue_wait_seconds_sum{priority="interactive",tier="small"}'] > 0
+
+
+def test_an_interactive_job_starts_at_once_behind_a_batch_backlog(
+    client: Client, e2e_settings: Settings, worker: str
+) -> None:
+    shares = slot_shares(e2e_settings.tier(Tier.SMALL), 8)  # the session worker's slots
+    request = {"messages": [{"role": "user", "content": "Summarise: parcel late."}]}
+    backlog = [
+        client.submit({**request, "max_tokens": 24}, tier="small", priority="batch")
+        for _ in range(40)
+    ]
+    try:
+        wait_for(lambda: running_batch(e2e_settings) >= shares.batch_max)
+        urgent = client.submit({**request, "max_tokens": 4}, tier="small")
+        assert urgent.result(timeout=120).text
+        waiting = [h for h in backlog if client.status(h.job_id) is JobStatus.QUEUED]
+        assert waiting, "the interactive job waited for the whole backlog"
+    finally:
+        for handle in backlog:
+            handle.cancel()
+    wait_for(lambda: running_batch(e2e_settings) == 0)
+    assert most_at_once(e2e_settings, [h.job_id for h in backlog]) <= shares.batch_max
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def running_batch(settings: Settings) -> int:
+    engine = create_engine(settings.database_url)
+    with engine.connect() as conn:
+        count = conn.scalar(
+            select(func.count()).where(
+                Job.priority == Priority.BATCH.value, Job.status == JobStatus.RUNNING.value
+            )
+        )
+    engine.dispose()
+    return int(count or 0)
+
+
+def most_at_once(settings: Settings, job_ids: list[str]) -> int:
+    """The most of these jobs that ran at the same moment, from their rows' times."""
+    rows = [job_row(settings.database_url, job_id) for job_id in job_ids]
+    edges = sorted(
+        [(row.started_at, 1) for row in rows if row.started_at and row.finished_at]
+        + [(row.finished_at, -1) for row in rows if row.started_at and row.finished_at]
+    )
+    most = current = 0
+    for _, step in edges:
+        current += step
+        most = max(most, current)
+    return most

@@ -205,3 +205,20 @@ def test_health_readiness_and_metrics(
     assert series['llmq_queue_depth{queue="llm.small.interactive"}'] == 0
     assert series['llmq_queue_depth{queue="llm.small.batch"}'] == 3
     assert series['llmq_queue_oldest_age_seconds{queue="llm.small.batch"}'] > 0
+
+
+def test_only_the_owner_can_cancel_a_job(
+    gateway: httpx.Client, integration_settings: Settings
+) -> None:
+    engine = make_engine(integration_settings.database_url)
+    owner, secret = create_key(make_sessions(engine), "owner", rate_limit_per_min=600)
+    engine.dispose()
+    with Client(integration_settings) as client:
+        handle = client.submit("hello", tier="small", priority="batch", owner=owner.id)
+    path = f"/v1/jobs/{handle.job_id}/cancel"
+    stranger = auth(new_key(integration_settings, "x"))
+    assert_openai_error(gateway.post(path, headers=stranger), 404, "not_found")
+    cancelled = gateway.post(path, headers=auth(secret))
+    assert cancelled.status_code == 200, cancelled.text
+    assert cancelled.json()["status"] == "cancelled"
+    assert cancelled.json()["error"] == "cancelled by its client"

@@ -238,8 +238,27 @@ def test_a_publisher_rewrites_a_log_that_a_redis_restart_lost(tmp_path: Path) ->
         time.sleep(0.3)
         publisher.token("c")  # Redis is down now; this waits for it
         restart.join()
-        log = [bytes(raw).decode() for raw in client.lrange(event_log_key("job1"), 0, -1)]
+        raw_log = client.lrange(event_log_key("job1"), 0, -1)
+        log = [raw.decode() if isinstance(raw, bytes) else raw for raw in raw_log]
     finally:
         server.stop()
     assert [TokenEvent.model_validate_json(raw).text for raw in log] == ["a", "b", "c"]
     assert [TokenEvent.model_validate_json(raw).seq for raw in log] == [0, 1, 2]
+
+
+def test_prompts_and_outputs_stay_out_of_the_logs(
+    integration_settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO")
+    secret_prompt, secret_output = "my card number is 4111", "noted your 4111 card"
+    engine = ScriptedEngine([secret_output])
+    with Client(integration_settings) as client:
+        handle = client.submit(secret_prompt)
+        run_job(runtime_for(integration_settings, engine), handle.job_id)
+        failing = client.submit(secret_prompt)
+        run_job(
+            runtime_for(integration_settings, ScriptedEngine(["a", "b"], fail=True)), failing.job_id
+        )
+        assert handle.result(timeout=5).text == secret_output
+    assert caplog.records  # the runner does log, just not the text
+    assert "4111" not in caplog.text
