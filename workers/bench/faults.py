@@ -300,15 +300,17 @@ def redis_restart(
     """
     report = RestartReport()
     handles = []
+    crash = threading.Thread(target=lab.redis_server.restart, kwargs={"down_s": down_s})
     for index in range(jobs):
         if index == jobs // 2:
-            lab.redis_server.restart(down_s=down_s)
+            crash.start()  # submitting goes on while Redis is down
             report.restarts += 1
         try:
             handles.append(client.submit(long_request(index, max_tokens), tier=TIER))
         except BrokerUnavailable:
             report.refused += 1
         time.sleep(0.1)
+    crash.join()
     report.acknowledged = len(handles)
     for handle in handles:
         try:
@@ -416,10 +418,14 @@ def run_faults(
     with fault_lab(settings) as lab, Client(lab.settings) as client:
         started = time.monotonic()
         fuzzed = fuzz_inputs(lab, client, cases=fuzz_cases, seed=seed)
+        log.info("fuzzing: %s", fuzzed)
         killed = kill_loop(lab, client, kills=kills, max_tokens=max_tokens, seed=seed)
-        restarted = redis_restart(lab, client, jobs=restart_jobs, max_tokens=max_tokens // 2)
-        dead_lettered = poison_job(lab, client, max_tokens=max_tokens)
+        log.info("kill loop: %s", killed)
+        # Before the Redis crash, which takes the finished jobs' replay logs with it.
         gaps, dups = finished_reconnects(client, killed.job_ids, times=reconnects, seed=seed)
+        restarted = redis_restart(lab, client, jobs=restart_jobs, max_tokens=max_tokens // 2)
+        log.info("Redis restart: %s", restarted)
+        dead_lettered = poison_job(lab, client, max_tokens=max_tokens)
         crashed_workers = len(lab.processes) - lab.alive()
         return {
             "fuzz_cases": fuzzed.cases,
