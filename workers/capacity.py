@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from schemas.queues import Priority, Tier, parse_queue_name, queue_name
+from schemas.queues import Priority, Tier, parse_queue_name, queue_name, tier_queues
 from schemas.settings import TierConfig
 
 log = logging.getLogger(__name__)
@@ -87,17 +87,26 @@ class Switch(Protocol):
 class QueueSwitch:
     """The Celery consumer's :class:`Switch`; called on the consumer's own thread."""
 
-    def __init__(self, consumer: Any) -> None:
+    def __init__(self, consumer: Any, order: list[str]) -> None:
         self._consumer = consumer
+        self._order = order
 
     def pause(self, queue: str) -> None:
         self._consumer.task_consumer.cancel_by_queue(queue)
 
     def resume(self, queue: str) -> None:
         task_consumer = self._consumer.task_consumer
-        if not task_consumer.consuming_from(queue):
-            task_consumer.add_queue(self._consumer.app.amqp.queues[queue])
-            task_consumer.consume()
+        if task_consumer.consuming_from(queue):
+            return
+        # kombu reads queues in the order they were added: re-add the ones that come
+        # after this one, or a resumed interactive queue would be read after batch.
+        later = self._order[self._order.index(queue) + 1 :]
+        later = [name for name in later if task_consumer.consuming_from(name)]
+        for name in later:
+            task_consumer.cancel_by_queue(name)
+        for name in [queue, *later]:
+            task_consumer.add_queue(self._consumer.app.amqp.queues[name])
+        task_consumer.consume()
 
     def soon(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` on the consumer's thread (kombu channels are not thread-safe)."""
@@ -115,7 +124,7 @@ class SlotGate:
         self._batch_waiting = batch_waiting
         self._lock = threading.Lock()
         self._running = {priority: 0 for priority in Priority}
-        self._jobs: dict[str, Priority] = {}
+        self._jobs: dict[str, list[Priority]] = {}
         self._paused: set[Priority] = set()
         self._switch: Switch | None = None
 
@@ -137,16 +146,21 @@ class SlotGate:
         if tier != self.tier:
             return
         with self._lock:
-            self._jobs[task_id] = priority
+            # A job's id is its task id, and a duplicate message of a job (a re-send)
+            # may be in flight beside it: each message holds a slot until it ends.
+            self._jobs.setdefault(task_id, []).append(priority)
             self._running[priority] += 1
         self.rebalance()
 
     def finished(self, task_id: str) -> None:
         """A job ended (task thread): free its slot; the consumer thread re-gates."""
         with self._lock:
-            priority = self._jobs.pop(task_id, None)
-            if priority is None:
+            held = self._jobs.get(task_id)
+            if not held:
                 return
+            priority = held.pop()
+            if not held:
+                del self._jobs[task_id]
             self._running[priority] -= 1
         if self._switch is not None:
             self._switch.soon(self.rebalance)
@@ -187,7 +201,7 @@ def install_gate(app: Any, gate: SlotGate) -> None:
 
         def start(self, consumer: Any) -> None:
             # Also after a reconnect: the consumer then reads every queue again.
-            gate.attach(QueueSwitch(consumer))
+            gate.attach(QueueSwitch(consumer, tier_queues(gate.tier)))
             gate.rebalance()
 
     def on_received(request: Any = None, **_: Any) -> None:

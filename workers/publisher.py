@@ -24,6 +24,19 @@ log = logging.getLogger(__name__)
 # failing a job whose generation is fine.
 PUBLISH_RETRY_DELAYS_S = (0.1, 0.25, 0.5, 1.0, 2.0, 2.0, 4.0, 4.0, 8.0, 8.0)
 
+# KEYS: log, channel. ARGV: the event's number, the event, the log's TTL.
+# Returns -1 once appended, or the log's length when that is not the event's number.
+APPEND_EVENT = """
+local length = redis.call('LLEN', KEYS[1])
+if length ~= tonumber(ARGV[1]) then
+    return length
+end
+redis.call('RPUSH', KEYS[1], ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+redis.call('PUBLISH', KEYS[2], ARGV[2])
+return -1
+"""
+
 
 class StreamPublisher:
     """Numbers a job's events and publishes each to the log, then to pub/sub.
@@ -31,6 +44,7 @@ class StreamPublisher:
     The list index of an event equals its sequence number, which is what lets a
     reader replay from any point. One round trip per event. Every payload is also
     kept here, so a log that a Redis restart emptied is written again in full.
+    Only one attempt of a job publishes at a time (the claim sees to that).
     """
 
     def __init__(self, client: redis.Redis, job_id: str, *, ttl_s: int) -> None:
@@ -39,6 +53,7 @@ class StreamPublisher:
         self._log_key = event_log_key(job_id)
         self._ttl_s = ttl_s
         self._sent: list[str] = []
+        self._append = client.register_script(APPEND_EVENT)
 
     @property
     def seq(self) -> int:
@@ -95,27 +110,9 @@ class StreamPublisher:
 
     def _emit(self, payload: str) -> None:
         self._sent.append(payload)
-        try:
-            self._send_latest()
-        except redis.RedisError:
-            self._send_after_outage()
-
-    def _send_latest(self) -> None:
-        pipe = self._redis.pipeline(transaction=False)
-        pipe.rpush(self._log_key, self._sent[-1])
-        pipe.expire(self._log_key, self._ttl_s)
-        pipe.publish(self._channel, self._sent[-1])
-        pipe.execute()
-
-    def _send_after_outage(self) -> None:
-        """Retry until Redis is back, then make the log whole and publish the event.
-
-        Raises ``redis.RedisError`` if Redis stays away for the whole retry budget.
-        """
         for delay in (*PUBLISH_RETRY_DELAYS_S, None):
             try:
-                self._repair_log()
-                self._redis.publish(self._channel, self._sent[-1])
+                self._append_latest()
                 return
             except redis.RedisError:
                 if delay is None:
@@ -123,13 +120,22 @@ class StreamPublisher:
                 log.warning("stream publish failed; retrying in %.2f s", delay)
                 time.sleep(delay)
 
-    def _repair_log(self) -> None:
-        # The failed round trip may or may not have appended; a restarted Redis may
-        # have lost the list. Either way, write whatever the list lacks.
-        present = int(self._redis.llen(self._log_key))
-        missing = self._sent[present:]
-        if missing:
-            pipe = self._redis.pipeline(transaction=False)
-            pipe.rpush(self._log_key, *missing)
+    def _append_latest(self) -> None:
+        """Append the newest event at its own index, publish it; one round trip.
+
+        The script appends only when the list is exactly as long as the event's number,
+        so a retried call cannot append twice; when a restarted Redis lost the list, the
+        missing events are written again first.
+        """
+        index = len(self._sent) - 1
+        length = int(
+            self._append(
+                keys=[self._log_key, self._channel], args=[index, self._sent[index], self._ttl_s]
+            )
+        )
+        if 0 <= length < index:
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.rpush(self._log_key, *self._sent[length:])
             pipe.expire(self._log_key, self._ttl_s)
+            pipe.publish(self._channel, self._sent[index])
             pipe.execute()

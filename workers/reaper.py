@@ -8,8 +8,9 @@ Each worker runs a reaper thread for its tier. Two things are recovered:
   instead, so a job that kills its worker cannot loop. Redelivery by Celery's
   visibility timeout stays as a backstop; a copy that arrives late claims nothing.
 * **Queues a Redis restart emptied.** Redis without persistence forgets its lists.
-  The first worker of a tier to see a new Redis run sends every queued job of the
-  tier again; a duplicate message of a job claims nothing, so this is always safe.
+  A marker key without expiry tells: when it is gone, the first worker of the tier to
+  notice sets it again and sends every queued job of the tier again; a duplicate
+  message of a job claims nothing, so this is always safe.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ REAP_INTERVAL_S = 1.0
 # Longer than a few missed heartbeats, so a Redis restart (which drops every
 # registry entry until the next heartbeat) does not look like dead workers.
 MISSING_GRACE_S = 3.0
-RECONCILED_KEY = "llmq:reconciled:{tier}:{run_id}"
+KEPT_KEY = "llmq:queues-kept:{tier}"
 
 SendJob = Callable[[str, Tier, Priority], None]
 
@@ -63,7 +64,6 @@ class Reaper:
     replay_ttl_s: int
     grace_s: float = MISSING_GRACE_S
     _missing_since: dict[str, float] = field(default_factory=dict)
-    _redis_run: str | None = None
 
     def run_once(self) -> int:
         """Recover what can be recovered now; return how many jobs were sent again."""
@@ -118,23 +118,22 @@ class Reaper:
         return 1
 
     def _reconcile_after_restart(self) -> int:
-        run_id = str(self.redis.info("server").get("run_id", ""))
-        if run_id == self._redis_run:
-            return 0
-        self._redis_run = run_id
-        marker = RECONCILED_KEY.format(tier=self.tier.value, run_id=run_id)
+        # The marker has no TTL: it is missing only when Redis lost its data (or is
+        # new), and then the queues went with it.
+        marker = KEPT_KEY.format(tier=self.tier.value)
         if not self.redis.set(marker, "1", nx=True):
-            return 0  # another worker of this tier already did it for this Redis run
-        queued = queued_rows(self.sessions, self.tier)
+            return 0
         try:
+            queued = queued_rows(self.sessions, self.tier)
             for job_id, priority in queued:
                 self.send(job_id, self.tier, priority)
         except Exception:
             self.redis.delete(marker)  # let the next pass (or another worker) do it all
-            self._redis_run = None
             raise
         if queued:
-            log.warning("sent %d queued %s jobs again for a new Redis run", len(queued), self.tier)
+            log.warning(
+                "Redis lost its queues; sent %d queued %s jobs again", len(queued), self.tier
+            )
         return len(queued)
 
 

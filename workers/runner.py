@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from schemas.errors import EngineDead, LlmqError, PromptTooLong
 from schemas.events import Timings, Usage
 from schemas.jobs import CANCELLED_MESSAGE, JobStatus
-from schemas.queues import SERVICE_MS_KEY, cancel_key
+from schemas.queues import SERVICE_MS_KEY, Priority, cancel_key
 from schemas.requests import GenerationRequest
 from schemas.tables import utcnow
 from workers.engine.base import SamplingOptions
@@ -189,6 +189,7 @@ def generate(
         top_p=request.top_p,
         stop=tuple(request.stop),
         seed=request.seed,
+        stream_tokens=claimed.priority == Priority.INTERACTIVE.value,
     )
     # Elapsed time is measured on the monotonic clock from the claim on.
     claim_offset_ms = elapsed_ms(claimed.created_at, claimed.started_at)

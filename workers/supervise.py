@@ -71,7 +71,7 @@ def wait_until_warm(
 ) -> str:
     """Block until the worker reports warm; return its id. Raises ``EngineError``."""
     client = redis.Redis.from_url(settings.broker_url)
-    pattern = f"{WORKER_KEY_PREFIX}{tier.value}-{process.pid}@*"
+    pattern = f"{WORKER_KEY_PREFIX}{tier.value}-{process.pid}-*@*"
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:

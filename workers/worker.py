@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -42,8 +43,16 @@ class WorkerOptions:
 
 
 def make_worker_id(tier: Tier) -> str:
-    """``<tier>-<pid>@<host>``: unique per process, readable in Flower and status."""
-    return f"{tier.value}-{os.getpid()}@{socket.gethostname()}"
+    """``<tier>-<pid>-<random>@<host>``: readable in Flower and status, and new for every
+    start, even where a restarted container gets the same pid and host name: the
+    reaper must see the old worker gone to recover the jobs it held.
+    """
+    return f"{tier.value}-{os.getpid()}-{secrets.token_hex(3)}@{socket.gethostname()}"
+
+
+def worker_pid(worker_id: str) -> int:
+    """The process id inside a :func:`make_worker_id` id."""
+    return int(worker_id.partition("@")[0].split("-")[1])
 
 
 def run_worker(settings: Settings, options: WorkerOptions) -> int:

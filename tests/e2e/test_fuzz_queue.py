@@ -14,17 +14,13 @@ from schemas.queues import Priority, Tier, queue_name, worker_key
 from schemas.settings import Settings
 from tests.conftest import job_row
 from workers.bench.fuzz import fuzz_cases, push_raw_payloads
+from workers.worker import worker_pid
 
 pytestmark = pytest.mark.e2e
 
 CASES = 1000
 SEED = 20_240_601
 DRAIN_TIMEOUT_S = 120.0
-
-
-def worker_pid(worker_id: str) -> int:
-    """A worker's id is ``<tier>-<pid>@<host>`` (see ``wait_until_warm``)."""
-    return int(worker_id.partition("@")[0].rpartition("-")[2])
 
 
 def is_running(pid: int) -> bool:

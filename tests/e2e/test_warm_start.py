@@ -57,7 +57,7 @@ def test_a_worker_takes_no_job_before_it_is_warm(
         seen_warming = False
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and not seen_warming:
-            for key in registry.scan_iter(match=f"llmq:worker:medium-{process.pid}@*"):
+            for key in registry.scan_iter(match=f"llmq:worker:medium-{process.pid}-*@*"):
                 if registry.hget(key, "warm") == b"0":
                     seen_warming = True
                     # Loading and warming: the job must still be waiting.

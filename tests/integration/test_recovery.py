@@ -74,7 +74,7 @@ def test_a_dead_workers_job_is_requeued_and_resumed_into_one_text(
 ) -> None:
     send = SentJobs()
     reaper = reaper_for(integration_settings, send)
-    reaper.run_once()  # the first look at this Redis run re-sends queued jobs: none yet
+    reaper.run_once()  # the first look at an empty Redis re-sends queued jobs: none yet
     engine = ScriptedEngine([" three", " four"])
     with Client(integration_settings) as client:
         handle = client.submit(REQUEST)
@@ -154,16 +154,20 @@ def test_an_attempt_that_lost_its_job_cannot_record_an_outcome(
     assert row.attempts == 2
 
 
-def test_queued_jobs_are_sent_again_once_per_new_redis_run(
+def test_queued_jobs_are_sent_again_once_when_redis_lost_its_data(
     integration_settings: Settings,
 ) -> None:
     with Client(integration_settings) as client:
         handles = [client.submit(REQUEST, tier="small") for _ in range(3)]
-    first, second = SentJobs(), SentJobs()
-    reaper_for(integration_settings, first).run_once()
-    reaper_for(integration_settings, second).run_once()
-    assert sorted(job_id for job_id, _, _ in first.sent) == sorted(h.job_id for h in handles)
-    assert second.sent == []  # one worker per tier does it for each Redis run
+        first, second, after_loss = SentJobs(), SentJobs(), SentJobs()
+        reaper_for(integration_settings, first).run_once()
+        reaper_for(integration_settings, second).run_once()
+        client.redis.flushdb()  # what a restart without persistence does
+        reaper_for(integration_settings, after_loss).run_once()
+    queued = sorted(h.job_id for h in handles)
+    assert sorted(job_id for job_id, _, _ in first.sent) == queued
+    assert second.sent == []  # one worker of the tier does it, once
+    assert sorted(job_id for job_id, _, _ in after_loss.sent) == queued
 
 
 def test_a_queued_job_cancelled_never_runs(integration_settings: Settings) -> None:

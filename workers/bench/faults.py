@@ -30,6 +30,7 @@ from workers.bench.fuzz import find_request_crashes, push_raw_payloads
 from workers.bench.fuzz import fuzz_cases as draw_fuzz_cases
 from workers.bench.redis_server import RedisServer
 from workers.supervise import kill_group, start_worker_process, stop_process, wait_until_warm
+from workers.worker import worker_pid
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +70,8 @@ class Lab:
         return wait_until_warm(self.settings, TIER, process, timeout=900)
 
     def kill(self, worker_id: str) -> None:
-        """Crash the worker ``worker_id`` (``<tier>-<pid>@<host>``) with SIGKILL."""
-        pid = int(worker_id.split("@", 1)[0].rsplit("-", 1)[1])
-        kill_group(self.processes.pop(pid))
+        """Crash the worker ``worker_id`` and its engine with SIGKILL."""
+        kill_group(self.processes.pop(worker_pid(worker_id)))
 
     def alive(self) -> int:
         return sum(1 for process in self.processes.values() if process.poll() is None)

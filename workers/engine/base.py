@@ -17,6 +17,9 @@ class SamplingOptions:
     top_p: float = 1.0
     stop: Sequence[str] = field(default_factory=tuple)
     seed: int | None = None
+    stream_tokens: bool = True
+    """False: the engine hands over the whole text at the end, which spares the worker
+    per-token work (batch jobs, for which nobody waits token by token)."""
 
 
 @dataclass(frozen=True)

@@ -235,7 +235,7 @@ def running_on_cpu() -> bool:
 
 
 def sampling_params(options: SamplingOptions) -> Any:
-    """vLLM ``SamplingParams`` that stream deltas rather than whole texts."""
+    """vLLM ``SamplingParams``: deltas as they come, or only the final text."""
     from vllm.sampling_params import RequestOutputKind, SamplingParams
 
     return SamplingParams(
@@ -244,5 +244,7 @@ def sampling_params(options: SamplingOptions) -> Any:
         top_p=options.top_p,
         stop=list(options.stop) or None,
         seed=options.seed,
-        output_kind=RequestOutputKind.DELTA,
+        output_kind=RequestOutputKind.DELTA
+        if options.stream_tokens
+        else RequestOutputKind.FINAL_ONLY,
     )
