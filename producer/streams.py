@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Generator
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -98,17 +99,38 @@ def read_events(
     number, so a Redis restart costs the reader nothing. Raises ``JobTimeout`` after
     ``timeout`` seconds, ``BrokerUnavailable`` if Redis stays away ``RECONNECT_BUDGET_S``.
     """
-    deadline = None if timeout is None else time.monotonic() + timeout
-    seq = Sequencer(from_seq)
-    outage = Outage(job_id)
-    while not seq.finished:
+    reading = Reading.start(job_id, from_seq, timeout, terminal_lookup)
+    while not reading.seq.finished:
         try:
-            for event in _follow(client, job_id, seq, deadline, terminal_lookup):
-                outage.over()
-                yield event
+            yield from _follow(client, reading)
         except redis.RedisError as exc:
-            _check_deadline(deadline, job_id)
-            time.sleep(outage.wait_or_raise(exc))
+            _check_deadline(reading.deadline, job_id)
+            time.sleep(reading.outage.wait_or_raise(exc))
+
+
+@dataclass
+class Reading:
+    """One reader's place in a stream, kept across reconnects."""
+
+    job_id: str
+    seq: Sequencer
+    deadline: float | None
+    terminal_lookup: TerminalLookup | None
+    outage: Outage
+
+    @classmethod
+    def start(
+        cls,
+        job_id: str,
+        from_seq: int,
+        timeout: float | None,
+        terminal_lookup: TerminalLookup | None,
+    ) -> Reading:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        return cls(job_id, Sequencer(from_seq), deadline, terminal_lookup, Outage(job_id))
+
+    def unpack(self) -> tuple[str, Sequencer, float | None, TerminalLookup | None]:
+        return self.job_id, self.seq, self.deadline, self.terminal_lookup
 
 
 class Outage:
@@ -131,17 +153,13 @@ class Outage:
         return RECONNECT_DELAY_S
 
 
-def _follow(
-    client: redis.Redis,
-    job_id: str,
-    seq: Sequencer,
-    deadline: float | None,
-    terminal_lookup: TerminalLookup | None,
-) -> Generator[Event, None, None]:
+def _follow(client: redis.Redis, reading: Reading) -> Generator[Event, None, None]:
+    job_id, seq, deadline, terminal_lookup = reading.unpack()
     log_key = event_log_key(job_id)
     with client.pubsub() as pubsub:  # type: ignore[no-untyped-call]
         pubsub.subscribe(event_channel(job_id))
         _await_subscribed(pubsub, deadline, job_id)
+        reading.outage.over()
         yield from seq.take(client.lrange(log_key, seq.next_seq, -1), seq.next_seq)
         while not seq.finished:
             _check_deadline(deadline, job_id)
@@ -184,31 +202,24 @@ async def aread_events(
     terminal_lookup: TerminalLookup | None = None,
 ) -> AsyncIterator[Event]:
     """Asyncio twin of :func:`read_events`, with the same guarantees."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    seq = Sequencer(from_seq)
-    outage = Outage(job_id)
-    while not seq.finished:
+    reading = Reading.start(job_id, from_seq, timeout, terminal_lookup)
+    while not reading.seq.finished:
         try:
-            async for event in _afollow(client, job_id, seq, deadline, terminal_lookup):
-                outage.over()
+            async for event in _afollow(client, reading):
                 yield event
         except redis.RedisError as exc:
-            _check_deadline(deadline, job_id)
-            await asyncio.sleep(outage.wait_or_raise(exc))
+            _check_deadline(reading.deadline, job_id)
+            await asyncio.sleep(reading.outage.wait_or_raise(exc))
 
 
-async def _afollow(
-    client: aioredis.Redis,
-    job_id: str,
-    seq: Sequencer,
-    deadline: float | None,
-    terminal_lookup: TerminalLookup | None,
-) -> AsyncIterator[Event]:
+async def _afollow(client: aioredis.Redis, reading: Reading) -> AsyncIterator[Event]:
+    job_id, seq, deadline, terminal_lookup = reading.unpack()
     log_key = event_log_key(job_id)
     pubsub = client.pubsub()
     try:
         await pubsub.subscribe(event_channel(job_id))
         await _aawait_subscribed(pubsub, deadline, job_id)
+        reading.outage.over()
         for event in seq.take(await client.lrange(log_key, seq.next_seq, -1), seq.next_seq):
             yield event
         while not seq.finished:

@@ -7,6 +7,7 @@ from typing import Any
 
 from celery import Celery, Task
 
+from schemas.errors import DatabaseUnavailable
 from schemas.queues import GENERATE_TASK, celery_config, kombu_queues
 from schemas.settings import Settings
 from workers.runner import run_job
@@ -14,6 +15,8 @@ from workers.runtime import WorkerRuntime
 from workers.transport import TRANSPORT_PATH
 
 log = logging.getLogger(__name__)
+
+DB_RETRY_COUNTDOWN_S = 2.0
 
 
 class LlmqCelery(Celery):  # type: ignore[misc]
@@ -44,4 +47,9 @@ def generate_task(task: Task, job_id: Any = None, *_extra: Any, **_extra_kw: Any
     runtime = task.app.runtime
     if runtime is None:
         raise RuntimeError("the worker took a job before its engine was started")
-    run_job(runtime, job_id)
+    try:
+        run_job(runtime, job_id)
+    except DatabaseUnavailable as exc:
+        # The job could not be claimed; try again shortly rather than drop its message.
+        log.warning("job %s waits for the database: %s", job_id, exc)
+        raise task.retry(exc=exc, countdown=DB_RETRY_COUNTDOWN_S, max_retries=None) from exc

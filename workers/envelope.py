@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from schemas.queues import GENERATE_TASK
+from schemas.queues import GENERATE_TASK, parse_queue_name
 
 
 class _Headers(BaseModel):
@@ -24,8 +24,8 @@ class _Headers(BaseModel):
 
     task: Literal["llmq.generate"]
     id: str = Field(min_length=1, max_length=200)
-    eta: None = None
-    expires: None = None
+    eta: str | None = None  # set on a retry's message (the database was away)
+    expires: str | None = None
 
 
 class _Properties(BaseModel):
@@ -55,6 +55,15 @@ class _Embed(BaseModel):
     errbacks: None = None
     chain: None = None
     chord: None = None
+
+
+def is_job_queue(queue: str) -> bool:
+    """True for the ``llm.<tier>.<priority>`` queues that carry job messages."""
+    try:
+        parse_queue_name(queue)
+    except ValueError:
+        return False
+    return True
 
 
 def envelope_problem(message: Any) -> str | None:

@@ -84,12 +84,13 @@ def finish_job(
     finish_reason: str | None,
     usage: Usage,
     timings: Timings,
-) -> None:
-    """Record the output of ``attempt``; a job that ended or moved on is left as it is."""
+) -> bool:
+    """Record the output of ``attempt``; False (nothing written) if the job ended or
+    moved on to another attempt."""
     with sessions.begin() as session:
         job = session.get(Job, job_id, with_for_update=True)
         if not _still_ours(job, attempt):
-            return
+            return False
         job.status = JobStatus.DONE.value
         job.queue_wait_ms = timings.queue_wait_ms
         job.output_text = text
@@ -100,6 +101,7 @@ def finish_job(
         job.ttft_ms = timings.ttft_ms
         job.total_ms = timings.total_ms
         job.finished_at = utcnow()
+    return True
 
 
 def fail_job(
@@ -109,18 +111,19 @@ def fail_job(
     *,
     attempt: int,
     status: JobStatus = JobStatus.FAILED,
-) -> None:
+) -> bool:
     """Record why ``attempt`` ended without a result (``status``: failed or cancelled).
 
-    A job that ended or moved on to another attempt is left as it is.
+    False (nothing written) if the job ended or moved on to another attempt.
     """
     with sessions.begin() as session:
         job = session.get(Job, job_id, with_for_update=True)
         if not _still_ours(job, attempt):
-            return
+            return False
         job.status = status.value
         job.error = message
         job.finished_at = utcnow()
+    return True
 
 
 def _still_ours(job: Job | None, attempt: int) -> TypeGuard[Job]:
@@ -129,25 +132,26 @@ def _still_ours(job: Job | None, attempt: int) -> TypeGuard[Job]:
     return job is not None and not JobStatus(job.status).is_final and job.attempts == attempt
 
 
-DB_RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
+# About a minute in all: a database failover, not only a blip.
+DB_RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0, 5.0, 10.0, 10.0, 15.0, 15.0)
 
 
-def with_db_retry(write: Callable[[], None], *, what: str) -> None:
-    """Run a database write, retrying through a short outage.
+def with_db_retry(write: Callable[[], bool], *, what: str) -> bool | None:
+    """Run a database write, retrying through an outage; return what it returned.
 
-    A job whose output exists must not lose its record to a database blip; if the
-    database stays down, the outcome is still published on the stream and this is logged.
+    A job whose output exists must not lose its record to a database blip. None if
+    the database stayed down (logged); the outcome is then still published.
     """
     for delay in (*DB_RETRY_DELAYS_S, None):
         try:
-            write()
-            return
+            return write()
         except SQLAlchemyError:
             if delay is None:
                 log.exception("could not %s; the database stayed unavailable", what)
-                return
+                return None
             log.warning("could not %s; retrying in %.1f s", what, delay)
             time.sleep(delay)
+    return None
 
 
 def elapsed_ms(start: datetime, end: datetime) -> float:

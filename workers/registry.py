@@ -76,8 +76,11 @@ class WorkerRegistration:
         while not self._stop.wait(HEARTBEAT_S):
             try:
                 self._write()
-            except redis.RedisError:
-                log.warning("heartbeat failed; retrying", exc_info=True)
+            except redis.RedisError as exc:
+                log.warning("heartbeat failed (%s); retrying", exc.__class__.__name__)
+            except Exception:
+                # A dead heartbeat thread would have this live worker's jobs reaped.
+                log.exception("heartbeat failed; retrying")
 
     def _write(self) -> None:
         stats = self._stats() if self._stats is not None else {}

@@ -85,7 +85,7 @@ def run_job(runtime: WorkerRuntime, job_id: str) -> None:
         return
     finally:
         runtime.running.finish(job_id)
-    if running.reason is not None:
+    if running.reason is not None and generation.finish_reason is None:
         _stopped(runtime, publisher, claimed, running.reason)
         return
     _finish(runtime, publisher, claimed, generation)
@@ -116,7 +116,7 @@ def _finish(
         completion_tokens=generation.completion_tokens,
         cached_prompt_tokens=generation.cached_prompt_tokens,
     )
-    with_db_retry(
+    recorded = with_db_retry(
         lambda: finish_job(
             runtime.sessions,
             job_id,
@@ -128,6 +128,9 @@ def _finish(
         ),
         what=f"record the result of job {job_id}",
     )
+    if recorded is False:
+        _superseded(claimed)
+        return
     record_service_ms(runtime, timings.total_ms - timings.queue_wait_ms)
     if runtime.metrics is not None:
         runtime.metrics.observe_done(
@@ -268,11 +271,22 @@ def _fail(
     log.warning("job %s ended %s: %s", job_id, status, message)
     if runtime.metrics is not None:
         runtime.metrics.observe_failed(claimed.priority)
-    with_db_retry(
+    recorded = with_db_retry(
         lambda: fail_job(runtime.sessions, job_id, message, attempt=claimed.attempt, status=status),
         what=f"record the end of job {job_id}",
     )
+    if recorded is False:
+        _superseded(claimed)
+        return
     publisher.error(message)
+
+
+def _superseded(claimed: ClaimedJob) -> None:
+    # This worker was taken for dead and the job re-run (or it ended meanwhile): the
+    # outcome of this attempt must reach neither the row nor the stream.
+    log.warning(
+        "job %s moved on from attempt %d; dropping its outcome", claimed.id, claimed.attempt
+    )
 
 
 def _stopped(

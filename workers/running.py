@@ -10,7 +10,7 @@ from enum import StrEnum
 
 import redis
 
-from schemas.queues import CANCEL_CHANNEL
+from schemas.queues import CANCEL_CHANNEL, cancel_key
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,10 @@ class RunningJobs:
         if job is not None:
             job.close()
 
+    def ids(self) -> list[str]:
+        with self._lock:
+            return list(self._jobs)
+
     def cancel(self, job_id: str) -> bool:
         """Halt ``job_id`` if it runs here; True if it did."""
         with self._lock:
@@ -79,8 +83,8 @@ class RunningJobs:
 class CancelListener:
     """Follows the cancel channel and halts named jobs that run in this worker.
 
-    Pub/sub may miss a message while Redis is away; the job runner also looks for the
-    job's cancel key once, so a cancel is never lost for long.
+    Pub/sub may miss a message while Redis is away, so each quiet second it also looks
+    for the cancel keys of the jobs it runs: a cancel is never lost for long.
     """
 
     def __init__(self, client: redis.Redis, running: RunningJobs) -> None:
@@ -109,9 +113,23 @@ class CancelListener:
             pubsub.subscribe(CANCEL_CHANNEL)
             while not self._stop.is_set():
                 message = pubsub.get_message(timeout=1.0)
-                if message is None or message.get("type") != "message":
+                if message is None:
+                    self._look_for_keys()
+                    continue
+                if message.get("type") != "message":
                     continue
                 data = message["data"]
                 job_id = data.decode(errors="replace") if isinstance(data, bytes) else str(data)
                 if self._running.cancel(job_id):
                     log.info("job %s cancelled by its client", job_id)
+
+    def _look_for_keys(self) -> None:
+        running = self._running.ids()
+        if not running:
+            return
+        pipe = self._redis.pipeline(transaction=False)
+        for job_id in running:
+            pipe.exists(cancel_key(job_id))
+        for job_id, cancelled in zip(running, pipe.execute(), strict=True):
+            if cancelled and self._running.cancel(job_id):
+                log.info("job %s cancelled by its client", job_id)

@@ -14,13 +14,15 @@ requeue is skipped: those jobs keep running here, and if this worker dies, the r
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
 import redis
 from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
 
-from workers.envelope import envelope_problem
+from workers.envelope import envelope_problem, is_job_queue
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +42,20 @@ class TolerantQoS(kombu_redis.QoS):
             super().ack(delivery_tag)  # type: ignore[no-untyped-call]
         except (AttributeError, OSError, redis.RedisError) as exc:
             log.warning("could not acknowledge a message (%s)", exc.__class__.__name__)
+            self._forget(delivery_tag)
 
     def reject(self, delivery_tag: Any, requeue: bool = False) -> None:
         try:
             super().reject(delivery_tag, requeue=requeue)  # type: ignore[no-untyped-call]
         except (AttributeError, OSError, redis.RedisError) as exc:
             log.warning("could not reject a message (%s)", exc.__class__.__name__)
+            self._forget(delivery_tag)
+
+    def _forget(self, delivery_tag: Any) -> None:
+        # Free the prefetch slot the message held, or a live channel would lose one
+        # slot per failed acknowledgement.
+        with contextlib.suppress(KeyError):
+            virtual.QoS.ack(self, delivery_tag)  # type: ignore[no-untyped-call]
 
     def restore_unacked(self, client: Any = None) -> None:
         try:
@@ -80,7 +90,8 @@ class TolerantRedisTransport(kombu_redis.Transport):
     Channel = TolerantChannel
 
     def _deliver(self, message: Any, queue: str) -> None:
-        problem = envelope_problem(message)
+        # Job queues only: Celery's own control messages (Flower's inspect) pass as they are.
+        problem = envelope_problem(message) if is_job_queue(queue) else None
         if problem is None:
             super()._deliver(message, queue)  # type: ignore[no-untyped-call]
             return

@@ -329,13 +329,14 @@ def poison_job(lab: Lab, client: Client, *, max_tokens: int) -> bool:
         worker_id = _running_attempt(lab, client, handle.job_id, attempt)
         lab.kill(worker_id)
         replacements.append(lab.start_worker())
-    deadline = time.monotonic() + JOB_TIMEOUT_S
+    # Every worker that met the job is dead: a replacement's reaper must find it.
+    for process in replacements:
+        lab.wait_warm(process)
+    deadline = time.monotonic() + 60.0
     status = JobStatus(lab.job(client, handle.job_id).status)
     while status is not JobStatus.DEAD_LETTER and time.monotonic() < deadline:
         time.sleep(0.2)
         status = JobStatus(lab.job(client, handle.job_id).status)
-    for process in replacements:
-        lab.wait_warm(process)
     return status is JobStatus.DEAD_LETTER
 
 
@@ -358,6 +359,9 @@ def finished_reconnects(
     for _ in range(times):
         job_id = rng.choice(job_ids)
         log_length = int(client.redis.llen(event_log_key(job_id)))
+        if not log_length:
+            gaps += 1  # a finished job's log must still be there
+            continue
         start = rng.randint(0, log_length - 1)
         seqs = [event.seq for event in client.events(job_id, from_seq=start, timeout=30)]
         expected = list(range(start, log_length))
