@@ -49,13 +49,13 @@ class SlotShares:
         if running[Priority.BATCH] >= self.batch_max:
             paused.add(Priority.BATCH)
         batch_short = running[Priority.BATCH] < self.batch_min
-        if (
-            batch_waiting
-            and batch_short
-            and running[Priority.INTERACTIVE] >= self.slots - self.batch_min
-        ):
+        if batch_waiting and batch_short and self.crowded(running):
             paused.add(Priority.INTERACTIVE)
         return paused
+
+    def crowded(self, running: dict[Priority, int]) -> bool:
+        """True when interactive work holds every slot but the batch minimum."""
+        return running[Priority.INTERACTIVE] >= self.slots - self.batch_min
 
 
 def slot_shares(config: TierConfig, slots: int) -> SlotShares:
@@ -182,7 +182,7 @@ class SlotGate:
 
     def _waiting_batch(self, running: dict[Priority, int]) -> bool:
         # Only asked when interactive work is about to crowd batch out.
-        if running[Priority.INTERACTIVE] < self.shares.slots - self.shares.batch_min:
+        if not self.shares.crowded(running):
             return False
         try:
             return self._batch_waiting()

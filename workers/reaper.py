@@ -16,7 +16,6 @@ Each worker runs a reaper thread for its tier. Two things are recovered:
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from schemas.jobs import JobStatus
 from schemas.queues import Priority, Tier, worker_key
 from schemas.tables import Job, utcnow
+from workers.background import BackgroundLoop
 from workers.publisher import StreamPublisher
 
 log = logging.getLogger(__name__)
@@ -197,24 +197,18 @@ def restore_running(sessions: sessionmaker[Session], row: RunningRow) -> None:
         session.execute(restore)
 
 
-class ReaperThread:
+class ReaperThread(BackgroundLoop):
     """Runs a :class:`Reaper` every ``interval_s`` until stopped; errors are logged."""
 
+    thread_name = "llmq-reaper"
+
     def __init__(self, reaper: Reaper, *, interval_s: float = REAP_INTERVAL_S) -> None:
+        super().__init__()
         self._reaper = reaper
         self._interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="llmq-reaper", daemon=True)
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self._interval_s):
+    def run(self) -> None:
+        while not self._stopping.wait(self._interval_s):
             try:
                 self._reaper.run_once()
             except (redis.RedisError, SQLAlchemyError) as exc:

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from schemas.errors import EngineDead, LlmqError, PromptTooLong
 from schemas.events import Timings, Usage
 from schemas.jobs import CANCELLED_MESSAGE, JobStatus
-from schemas.queues import SERVICE_MS_KEY, Priority, cancel_key
+from schemas.queues import SERVICE_MS_KEY, Priority
 from schemas.requests import GenerationRequest
 from schemas.tables import utcnow
 from workers.engine.base import SamplingOptions
@@ -203,11 +203,8 @@ def generate(
         if delta.text:
             if generation.ttft_ms is None:
                 generation.ttft_ms = claim_offset_ms + (time.monotonic() - started) * 1000.0
-                publisher.token(delta.text)
-                _look_for_cancel(runtime, claimed.id, running)
-            else:
-                publisher.token(delta.text)
             generation.text_parts.append(delta.text)
+            publisher.token(delta.text)
         if delta.cached_tokens is not None:
             generation.cached_prompt_tokens = delta.cached_tokens
         generation.completion_tokens = len(resumed_ids) + delta.completion_tokens
@@ -218,16 +215,6 @@ def generate(
         system_prompt=request.system_prompt,
     )
     return generation
-
-
-def _look_for_cancel(runtime: WorkerRuntime, job_id: str, running: RunningJob) -> None:
-    # A cancel sent before this worker listened for the job left only its key. Looked
-    # for once, after the first token is out, so it costs the first token nothing.
-    try:
-        if runtime.redis.exists(cancel_key(job_id)):
-            running.halt(StopReason.CANCELLED)
-    except redis.RedisError:
-        log.warning("could not look for a cancel of job %s", job_id)
 
 
 def chat_messages(request: GenerationRequest, runtime: WorkerRuntime) -> list[dict[str, str]]:

@@ -11,8 +11,11 @@ from enum import StrEnum
 import redis
 
 from schemas.queues import CANCEL_CHANNEL, cancel_key
+from workers.background import BackgroundLoop
 
 log = logging.getLogger(__name__)
+
+LOOK_FOR_KEYS_S = 1.0
 
 
 class StopReason(StrEnum):
@@ -80,28 +83,23 @@ class RunningJobs:
         return True
 
 
-class CancelListener:
+class CancelListener(BackgroundLoop):
     """Follows the cancel channel and halts named jobs that run in this worker.
 
-    Pub/sub may miss a message while Redis is away, so each quiet second it also looks
-    for the cancel keys of the jobs it runs: a cancel is never lost for long.
+    Pub/sub misses what is published while a subscriber is away (a Redis restart, or
+    a job cancelled before this worker took it), so every second it also looks for
+    the cancel keys of the jobs it runs: a cancel is never lost for long.
     """
 
+    thread_name = "llmq-cancel"
+
     def __init__(self, client: redis.Redis, running: RunningJobs) -> None:
+        super().__init__()
         self._redis = client
         self._running = running
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="llmq-cancel", daemon=True)
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
+    def run(self) -> None:
+        while not self._stopping.is_set():
             try:
                 self._follow()
             except redis.RedisError as exc:
@@ -111,17 +109,19 @@ class CancelListener:
     def _follow(self) -> None:
         with self._redis.pubsub(ignore_subscribe_messages=True) as pubsub:  # type: ignore[no-untyped-call]
             pubsub.subscribe(CANCEL_CHANNEL)
-            while not self._stop.is_set():
-                message = pubsub.get_message(timeout=1.0)
-                if message is None:
+            next_look = time.monotonic()
+            while not self._stopping.is_set():
+                message = pubsub.get_message(timeout=max(0.0, next_look - time.monotonic()))
+                if time.monotonic() >= next_look:
                     self._look_for_keys()
-                    continue
-                if message.get("type") != "message":
-                    continue
-                data = message["data"]
-                job_id = data.decode(errors="replace") if isinstance(data, bytes) else str(data)
-                if self._running.cancel(job_id):
-                    log.info("job %s cancelled by its client", job_id)
+                    next_look = time.monotonic() + LOOK_FOR_KEYS_S
+                if message is not None and message.get("type") == "message":
+                    self._cancel(message["data"])
+
+    def _cancel(self, data: bytes | str) -> None:
+        job_id = data.decode(errors="replace") if isinstance(data, bytes) else str(data)
+        if self._running.cancel(job_id):
+            log.info("job %s cancelled by its client", job_id)
 
     def _look_for_keys(self) -> None:
         running = self._running.ids()
@@ -131,5 +131,5 @@ class CancelListener:
         for job_id in running:
             pipe.exists(cancel_key(job_id))
         for job_id, cancelled in zip(running, pipe.execute(), strict=True):
-            if cancelled and self._running.cancel(job_id):
-                log.info("job %s cancelled by its client", job_id)
+            if cancelled:
+                self._cancel(job_id)

@@ -18,6 +18,7 @@ from schemas.prompt_registry import PromptCatalog
 from schemas.queues import GENERATE_TASK, Priority, Tier, job_message, queue_name, tier_queues
 from schemas.settings import Settings
 from workers.app import LlmqCelery, make_app
+from workers.background import BackgroundLoop
 from workers.capacity import SlotGate, install_gate, slot_shares
 from workers.engine.vllm import VllmEngine
 from workers.metrics import WorkerMetrics
@@ -80,7 +81,7 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
     db = make_engine(settings.database_url)
     engine: VllmEngine | None = None
     keep_warm: KeepWarm | None = None
-    helpers: list[ReaperThread | CancelListener] = []
+    helpers: list[BackgroundLoop] = []
     try:
         model_path = resolve_model(tier_config.model, settings.bundled_model_dir)
         engine = VllmEngine.start(model_path=model_path, config=tier_config)
@@ -130,7 +131,7 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
         db.dispose()
 
 
-def _start_helpers(runtime: WorkerRuntime, app: LlmqCelery) -> list[ReaperThread | CancelListener]:
+def _start_helpers(runtime: WorkerRuntime, app: LlmqCelery) -> list[BackgroundLoop]:
     """The cancel listener and the reaper of dead workers' jobs, started."""
 
     def send(job_id: str, tier: Tier, priority: Priority) -> None:
@@ -144,7 +145,7 @@ def _start_helpers(runtime: WorkerRuntime, app: LlmqCelery) -> list[ReaperThread
         max_attempts=runtime.settings.max_attempts,
         replay_ttl_s=runtime.settings.replay_ttl_s,
     )
-    helpers: list[ReaperThread | CancelListener] = [
+    helpers: list[BackgroundLoop] = [
         CancelListener(runtime.redis, runtime.running),
         ReaperThread(reaper),
     ]

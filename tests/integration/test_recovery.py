@@ -28,6 +28,7 @@ from workers.jobs import claim_job
 from workers.publisher import StreamPublisher
 from workers.reaper import Reaper
 from workers.runner import run_job
+from workers.running import CancelListener
 
 pytestmark = pytest.mark.integration
 
@@ -203,16 +204,21 @@ def test_a_running_job_cancelled_stops_in_the_engine(integration_settings: Setti
 def test_a_cancel_sent_before_the_worker_listened_is_still_honoured(
     integration_settings: Settings,
 ) -> None:
-    engine = ScriptedEngine([f"w{i} " for i in range(50)], delay_s=0.02)
+    engine = ScriptedEngine([f"w{i} " for i in range(50)], delay_s=0.05)
     runtime = runtime_for(integration_settings, engine)
+    listener = CancelListener(runtime.redis, runtime.running)
     with Client(integration_settings) as client:
         handle = client.submit(REQUEST)
         claim_job(runtime.sessions, handle.job_id, "small-x@gone")  # running elsewhere
         handle.cancel()  # leaves the cancel key; nobody listens yet
-        # The job is re-run (its first worker was lost) and sees the key.
+        # The job is re-run (its first worker was lost); the listener finds the key.
         with runtime.sessions.begin() as session:
             session.execute(update(Job).where(Job.id == handle.job_id).values(status="queued"))
-        run_job(runtime, handle.job_id)
+        listener.start()
+        try:
+            run_job(runtime, handle.job_id)
+        finally:
+            listener.stop()
         assert client.status(handle.job_id) is JobStatus.CANCELLED
     assert len(engine.prompts) == 1
 

@@ -21,7 +21,14 @@ from typing import Any
 
 from producer.client import Client
 from schemas.errors import BrokerUnavailable, JobFailed, JobTimeout, LlmqError
-from schemas.events import AnyEvent, AttemptEvent, FinalEvent, TokenEvent, parse_event
+from schemas.events import (
+    AnyEvent,
+    AttemptEvent,
+    FinalEvent,
+    TokenEvent,
+    is_terminal,
+    parse_event,
+)
 from schemas.jobs import JobStatus
 from schemas.queues import Priority, Tier, event_log_key, queue_name
 from schemas.settings import Settings
@@ -199,7 +206,7 @@ class Listener:
             known = self.events.setdefault(event.seq, event)
             if known != event:
                 self.dups += 1  # two different events under one number
-            if not isinstance(event, TokenEvent | AttemptEvent):
+            if is_terminal(event):
                 return True
             if count >= budget:
                 return False
@@ -279,7 +286,7 @@ def _score(lab: Lab, client: Client, listener: Listener, report: KillReport) -> 
 
 def _terminal_events_in_log(client: Client, job_id: str) -> int:
     raw_events = client.redis.lrange(event_log_key(job_id), 0, -1)
-    return sum(not isinstance(parse_event(raw), TokenEvent | AttemptEvent) for raw in raw_events)
+    return sum(is_terminal(parse_event(raw)) for raw in raw_events)
 
 
 @dataclass
