@@ -24,8 +24,22 @@ REDIS_BASE = os.environ.get("LLMQ_TEST_REDIS", "redis://127.0.0.1:6379")
 POSTGRES_BASE = os.environ.get(
     "LLMQ_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )
-INTEGRATION_REDIS_DB = 14
 E2E_REDIS_DB = 13
+# One Redis database and one PostgreSQL database per parallel test process (pytest-xdist
+# names them gw0, gw1, ...; LLMQ_TEST_SLOT picks one by hand), so processes never flush
+# each other's data.
+INTEGRATION_REDIS_DBS = (14, 12, 11, 10, 9, 8, 7, 6, 5, 4)
+
+
+def parallel_slot() -> int:
+    """Which parallel test process this is: 0 when tests run in one process."""
+    explicit = os.environ.get("LLMQ_TEST_SLOT")
+    if explicit:
+        return int(explicit)
+    return int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+
+
+INTEGRATION_REDIS_DB = INTEGRATION_REDIS_DBS[parallel_slot() % len(INTEGRATION_REDIS_DBS)]
 
 
 def postgres_database(name: str) -> str:
@@ -61,7 +75,8 @@ def truncate_jobs(url: str) -> None:
 
 @pytest.fixture(scope="session")
 def integration_db_url() -> str:
-    return postgres_database("llmq_integration")
+    slot = parallel_slot()
+    return postgres_database("llmq_integration" + (f"_{slot}" if slot else ""))
 
 
 @pytest.fixture
