@@ -15,6 +15,7 @@ class JobStatus(StrEnum):
 
     ``cancelled``: its client cancelled it. ``dead_letter``: its worker died on each of
     its allowed attempts, so it is not run again (a poison job must not loop).
+    ``expired``: its deadline passed while it was still queued, so it never ran.
     """
 
     QUEUED = "queued"
@@ -23,6 +24,7 @@ class JobStatus(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     DEAD_LETTER = "dead_letter"
+    EXPIRED = "expired"
 
     @property
     def is_final(self) -> bool:
@@ -31,6 +33,8 @@ class JobStatus(StrEnum):
 
 CANCELLED_MESSAGE = "cancelled by its client"
 """The error a cancelled job ends with, wherever it was when the cancel came."""
+
+EXPIRED_MESSAGE = "expired: its deadline passed before a worker could start it"
 
 
 class JobResult(BaseModel):

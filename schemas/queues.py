@@ -5,6 +5,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
+from schemas.broker import celery_broker_url, sentinel_transport_options
+
 GENERATE_TASK = "llmq.generate"
 """Celery task name that runs one generation job (its only argument is the job id)."""
 
@@ -99,14 +101,30 @@ def worker_key(worker_id: str) -> str:
     return f"{WORKER_KEY_PREFIX}{worker_id}"
 
 
+HOLDERS_KEY = "llmq:holders"
+"""Set of the worker ids that hold (or held) job messages not yet acknowledged."""
+
+
+def held_key(worker_id: str) -> str:
+    """Redis hash of the delivery tags a worker has taken off a queue and not yet acked.
+
+    Written in the same transaction as the broker's own unacknowledged entry, so when
+    the worker dies its messages can be put back at once instead of after the
+    visibility timeout.
+    """
+    return f"llmq:held:{worker_id}"
+
+
 def celery_config(*, broker_url: str, visibility_timeout_s: int) -> dict[str, Any]:
     """Celery settings that producers and workers must agree on.
 
     JSON only (never pickle). Queues are read in the listed order rather than round
-    robin, so a worker drains its interactive queue before its batch queue.
+    robin, so a worker drains its interactive queue before its batch queue. A
+    ``sentinel://`` URL loses its query here; the master name moves to the transport
+    options, where kombu looks for it.
     """
     return {
-        "broker_url": broker_url,
+        "broker_url": celery_broker_url(broker_url),
         "task_serializer": "json",
         "accept_content": ["json"],
         "result_backend": None,
@@ -118,6 +136,7 @@ def celery_config(*, broker_url: str, visibility_timeout_s: int) -> dict[str, An
         "broker_transport_options": {
             "visibility_timeout": visibility_timeout_s,
             "queue_order_strategy": "priority",
+            **sentinel_transport_options(broker_url),
         },
         "task_default_queue": queue_name(Tier.SMALL, Priority.INTERACTIVE),
         "task_create_missing_queues": True,

@@ -12,7 +12,7 @@ from schemas.queues import GENERATE_TASK, celery_config, kombu_queues
 from schemas.settings import Settings
 from workers.runner import run_job
 from workers.runtime import WorkerRuntime
-from workers.transport import TRANSPORT_PATH
+from workers.transport import transport_path
 
 log = logging.getLogger(__name__)
 
@@ -25,16 +25,25 @@ class LlmqCelery(Celery):  # type: ignore[misc]
     runtime: WorkerRuntime | None = None
 
 
-def make_app(settings: Settings) -> LlmqCelery:
-    """Build the app; tasks find the engine through ``app.runtime``, set at start-up."""
+def make_app(settings: Settings, *, worker_id: str | None = None) -> LlmqCelery:
+    """Build the app; tasks find the engine through ``app.runtime``, set at start-up.
+
+    With ``worker_id``, every message the app takes is recorded as held by that
+    worker, so the reaper can put it back at once if the worker dies.
+    """
     app = LlmqCelery("llmq", set_as_current=False)
     app.conf.update(
         celery_config(
             broker_url=settings.broker_url, visibility_timeout_s=settings.visibility_timeout_s
         )
     )
+    if worker_id is not None:
+        app.conf.broker_transport_options = {
+            **app.conf.broker_transport_options,
+            "llmq_worker_id": worker_id,
+        }
     app.conf.task_queues = kombu_queues()
-    app.conf.broker_transport = TRANSPORT_PATH
+    app.conf.broker_transport = transport_path(settings.broker_url)
     app.task(name=GENERATE_TASK, bind=True, acks_late=True)(generate_task)
     return app
 

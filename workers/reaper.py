@@ -1,12 +1,19 @@
 """Recovering work that a dead worker or a restarted Redis left behind.
 
-Each worker runs a reaper thread for its tier. Two things are recovered:
+Each worker runs a reaper thread. It looks after every tier, not only its own, so a
+tier whose workers all died still has its work put back for when one returns. What
+is recovered:
 
-* **Jobs of dead workers.** A running row whose worker has been missing from the
-  registry for ``MISSING_GRACE_S`` goes back to ``queued`` and its message is sent
-  again, so another worker resumes it; after ``max_attempts`` it is dead-lettered
-  instead, so a job that kills its worker cannot loop. Redelivery by Celery's
-  visibility timeout stays as a backstop; a copy that arrives late claims nothing.
+* **Messages of dead workers.** Every message a worker took off a queue and did not
+  acknowledge (claimed or not yet) is recorded under its id (``workers.transport``).
+  When the worker has been missing from the registry for ``MISSING_GRACE_S``, those
+  messages go back to the front of their queues, within seconds rather than after
+  Celery's visibility timeout, which stays as the last backstop.
+* **Jobs of dead workers.** A running row whose worker is missing the same way goes
+  back to ``queued`` and its message is sent again, so another worker resumes it;
+  after ``max_attempts`` it is dead-lettered instead, so a job that kills its worker
+  cannot loop. A copy of a message that arrives twice claims nothing.
+* **Queued jobs past their deadline** end ``expired`` without running.
 * **Queues a Redis restart emptied.** Redis without persistence forgets its lists.
   A marker key without expiry tells: when it is gone, the first worker of the tier to
   notice sets it again and sends every queued job of the tier again; a duplicate
@@ -21,12 +28,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import redis
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from schemas.jobs import JobStatus
-from schemas.queues import Priority, Tier, worker_key
+from schemas.jobs import EXPIRED_MESSAGE, JobStatus
+from schemas.queues import HOLDERS_KEY, Priority, Tier, worker_key
 from schemas.tables import Job, utcnow
 from workers.background import BackgroundLoop
 from workers.publisher import StreamPublisher
@@ -36,10 +43,16 @@ log = logging.getLogger(__name__)
 REAP_INTERVAL_S = 1.0
 # Longer than a few missed heartbeats, so a Redis restart (which drops every
 # registry entry until the next heartbeat) does not look like dead workers.
-MISSING_GRACE_S = 3.0
+MISSING_GRACE_S = 2.0
 KEPT_KEY = "llmq:queues-kept:{tier}"
 
 SendJob = Callable[[str, Tier, Priority], None]
+RestoreHeld = Callable[[str], int]
+"""Puts a dead worker's unacknowledged messages back on their queues; returns how many."""
+
+
+def _restore_nothing(_worker_id: str) -> int:
+    return 0
 
 
 @dataclass(frozen=True)
@@ -49,34 +62,50 @@ class RunningRow:
     id: str
     worker_id: str
     attempts: int
+    tier: Tier
     priority: Priority
 
 
 @dataclass
 class Reaper:
-    """Finds and recovers the orphaned jobs of one tier; ``run_once`` is one pass."""
+    """Finds and recovers orphaned work of every tier; ``run_once`` is one pass."""
 
     sessions: sessionmaker[Session]
     redis: redis.Redis
-    tier: Tier
     send: SendJob
     max_attempts: int
     replay_ttl_s: int
+    restore_held: RestoreHeld = _restore_nothing
     grace_s: float = MISSING_GRACE_S
     _missing_since: dict[str, float] = field(default_factory=dict)
 
     def run_once(self) -> int:
-        """Recover what can be recovered now; return how many jobs were sent again."""
-        return self._reconcile_after_restart() + self._recover_orphans()
+        """Recover what can be recovered now; return how many messages were put back."""
+        self._expire_overdue()
+        return self._reconcile_after_restart() + self._recover_dead_workers()
 
-    def _recover_orphans(self) -> int:
-        rows = running_rows(self.sessions, self.tier)
-        dead = self._dead_workers({row.worker_id for row in rows}, now=time.monotonic())
+    def _recover_dead_workers(self) -> int:
+        rows = running_rows(self.sessions)
+        holders = {_text(member) for member in self.redis.smembers(HOLDERS_KEY)}
+        suspects = holders | {row.worker_id for row in rows}
+        dead = self._dead_workers(suspects, now=time.monotonic())
         recovered = 0
+        for worker_id in sorted(dead & holders):
+            restored = self.restore_held(worker_id)
+            if restored:
+                log.warning("worker %s died holding %d message(s); requeued", worker_id, restored)
+            recovered += restored
         for row in rows:
             if row.worker_id in dead:
                 recovered += self._recover(row)
         return recovered
+
+    def _expire_overdue(self) -> None:
+        for job_id in expire_overdue_jobs(self.sessions):
+            log.warning("job %s expired in its queue: its deadline passed", job_id)
+            publisher = StreamPublisher(self.redis, job_id, ttl_s=self.replay_ttl_s)
+            publisher.adopt()
+            publisher.error(EXPIRED_MESSAGE)
 
     def _dead_workers(self, worker_ids: set[str], *, now: float) -> set[str]:
         """Workers missing from the registry for at least ``grace_s``."""
@@ -110,7 +139,7 @@ class Reaper:
             return 0  # its worker came back and finished it, or another reaper won
         log.warning("worker %s died running job %s; sending it again", row.worker_id, row.id)
         try:
-            self.send(row.id, self.tier, row.priority)
+            self.send(row.id, row.tier, row.priority)
         except Exception:
             # Put the row back as it was, so the next pass tries again.
             restore_running(self.sessions, row)
@@ -118,35 +147,62 @@ class Reaper:
         return 1
 
     def _reconcile_after_restart(self) -> int:
+        return sum(self._reconcile_tier(tier) for tier in Tier)
+
+    def _reconcile_tier(self, tier: Tier) -> int:
         # The marker has no TTL: it is missing only when Redis lost its data (or is
         # new), and then the queues went with it.
-        marker = KEPT_KEY.format(tier=self.tier.value)
+        marker = KEPT_KEY.format(tier=tier.value)
         if not self.redis.set(marker, "1", nx=True):
             return 0
         try:
-            queued = queued_rows(self.sessions, self.tier)
+            queued = queued_rows(self.sessions, tier)
             for job_id, priority in queued:
-                self.send(job_id, self.tier, priority)
+                self.send(job_id, tier, priority)
         except Exception:
             self.redis.delete(marker)  # let the next pass (or another worker) do it all
             raise
         if queued:
-            log.warning(
-                "Redis lost its queues; sent %d queued %s jobs again", len(queued), self.tier
-            )
+            log.warning("Redis lost its queues; sent %d queued %s jobs again", len(queued), tier)
         return len(queued)
 
 
-def running_rows(sessions: sessionmaker[Session], tier: Tier) -> list[RunningRow]:
-    """Every running job of ``tier``."""
-    query = select(Job.id, Job.worker_id, Job.attempts, Job.priority).where(
-        Job.status == JobStatus.RUNNING.value, Job.tier == tier.value
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def running_rows(sessions: sessionmaker[Session]) -> list[RunningRow]:
+    """Every running job, whatever its tier."""
+    query = select(Job.id, Job.worker_id, Job.attempts, Job.tier, Job.priority).where(
+        Job.status == JobStatus.RUNNING.value
     )
     with sessions() as session:
         return [
-            RunningRow(row.id, row.worker_id or "", row.attempts, Priority(row.priority))
+            RunningRow(
+                row.id, row.worker_id or "", row.attempts, Tier(row.tier), Priority(row.priority)
+            )
             for row in session.execute(query)
         ]
+
+
+def expire_overdue_jobs(sessions: sessionmaker[Session]) -> list[str]:
+    """End every queued job whose deadline has passed ``expired``; return their ids.
+
+    The deadline is compared with the database's clock, so the reaper's host clock
+    plays no part.
+    """
+    expire = (
+        update(Job)
+        .where(
+            Job.status == JobStatus.QUEUED.value,
+            Job.deadline_at.is_not(None),
+            Job.deadline_at < func.now(),
+        )
+        .values(status=JobStatus.EXPIRED.value, error=EXPIRED_MESSAGE, finished_at=utcnow())
+        .returning(Job.id)
+    )
+    with sessions.begin() as session:
+        return [row.id for row in session.execute(expire)]
 
 
 def queued_rows(sessions: sessionmaker[Session], tier: Tier) -> list[tuple[str, Priority]]:

@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 1.0
 # A worker that misses a few heartbeats disappears from the registry by itself.
-EXPIRY_S = 5
+EXPIRY_S = 3
 
 
 class WorkerRegistration:

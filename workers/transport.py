@@ -10,18 +10,27 @@ requeue the messages of running jobs through a client it has already let go of; 
 ``AttributeError`` that follows kills the worker instead of letting it reconnect. The
 requeue is skipped: those jobs keep running here, and if this worker dies, the reaper
 (and, as a backstop, the visibility timeout) sends them again.
+
+Every message a worker takes is also recorded under its worker id (``held_key``), in
+the same transaction as kombu's own unacknowledged entry. kombu alone cannot tell
+whose a message is, so a message a dead worker held (claimed or not yet) would wait
+for the visibility timeout; with the record, the reaper puts it back within seconds
+(:func:`restore_held`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from typing import Any
 
 import redis
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
+from kombu.utils.json import dumps
 
+from schemas.queues import HOLDERS_KEY, held_key
 from workers.envelope import envelope_problem, is_job_queue
 
 log = logging.getLogger(__name__)
@@ -36,6 +45,35 @@ class TolerantQoS(kombu_redis.QoS):
     closed channel; kombu raises ``AttributeError`` there, which would stop the worker.
     Such an ack has nothing left to do: the restarted Redis no longer holds the message.
     """
+
+    @property
+    def holder(self) -> str | None:
+        """The worker id this channel takes messages for (None outside a worker)."""
+        return getattr(self.channel, "llmq_worker_id", None)
+
+    def append(self, message: Any, delivery_tag: Any) -> None:
+        holder = self.holder
+        if holder is None:
+            super().append(message, delivery_tag)  # type: ignore[no-untyped-call]
+            return
+        # kombu's own bookkeeping plus whose the message is, in one MULTI/EXEC: a
+        # crash cannot leave a message held by nobody.
+        delivery = message.delivery_info
+        entry = dumps([message._raw, delivery["exchange"], delivery["routing_key"]])  # type: ignore[no-untyped-call]
+        with self.pipe_or_acquire() as pipe:
+            pipe.zadd(self.unacked_index_key, {delivery_tag: time.time()})
+            pipe.hset(self.unacked_key, delivery_tag, entry)
+            pipe.hset(held_key(holder), delivery_tag, "1")
+            pipe.sadd(HOLDERS_KEY, holder)
+            pipe.execute()
+        virtual.QoS.append(self, message, delivery_tag)  # type: ignore[no-untyped-call]
+
+    def _remove_from_indices(self, delivery_tag: Any, pipe: Any = None) -> Any:
+        pipe = super()._remove_from_indices(delivery_tag, pipe)  # type: ignore[no-untyped-call]
+        holder = self.holder
+        if holder is not None:
+            pipe.hdel(held_key(holder), delivery_tag)
+        return pipe
 
     def ack(self, delivery_tag: Any) -> None:
         try:
@@ -73,6 +111,12 @@ class TolerantChannel(kombu_redis.Channel):
     """Redis channel that drops undecodable queue entries instead of crashing."""
 
     QoS = TolerantQoS
+    #: Set from the ``llmq_worker_id`` transport option in a worker's app.
+    llmq_worker_id: str | None = None
+    from_transport_options = (  # type: ignore[assignment]
+        *kombu_redis.Channel.from_transport_options,
+        "llmq_worker_id",
+    )
 
     def _brpop_read(self, **options: Any) -> bool:
         try:
@@ -103,3 +147,55 @@ class TolerantRedisTransport(kombu_redis.Transport):
 
 
 TRANSPORT_PATH = f"{__name__}:TolerantRedisTransport"
+
+
+def restore_held(channel: Any, worker_id: str) -> int:
+    """Put every message ``worker_id`` took and never acknowledged back on its queue.
+
+    For a worker known dead. Each message goes to the front of its queue (it waited
+    already); one that was acknowledged or restored meanwhile is skipped, so two
+    reapers doing this at once restore each message once. Returns how many went back.
+    """
+    client = channel.client
+    qos = channel.qos
+    restored = 0
+    for raw_tag in client.hkeys(held_key(worker_id)):
+        tag = raw_tag.decode() if isinstance(raw_tag, bytes) else str(raw_tag)
+        if client.hexists(qos.unacked_key, tag):
+            restored += 1
+        qos.restore_by_tag(tag, client=client)
+    pipe = client.pipeline()
+    pipe.delete(held_key(worker_id))
+    pipe.srem(HOLDERS_KEY, worker_id)
+    pipe.execute()
+    return restored
+
+
+class TolerantSentinelChannel(TolerantChannel, kombu_redis.SentinelChannel):
+    """:class:`TolerantChannel` whose connections ask Redis Sentinel for the master.
+
+    kombu's sentinel channel builds its connection pools through the sentinels, so
+    after a failover the worker's reconnect reaches the promoted replica.
+    """
+
+    from_transport_options = (
+        *kombu_redis.SentinelChannel.from_transport_options,
+        "llmq_worker_id",
+    )
+
+
+class TolerantSentinelTransport(TolerantRedisTransport):
+    """:class:`TolerantRedisTransport` through Redis Sentinel (``sentinel://`` URLs)."""
+
+    Channel = TolerantSentinelChannel
+    default_port = kombu_redis.SentinelTransport.default_port
+
+
+SENTINEL_TRANSPORT_PATH = f"{__name__}:TolerantSentinelTransport"
+
+
+def transport_path(broker_url: str) -> str:
+    """The worker's kombu transport for ``broker_url``: through Sentinel or direct."""
+    from schemas.broker import is_sentinel_url
+
+    return SENTINEL_TRANSPORT_PATH if is_sentinel_url(broker_url) else TRANSPORT_PATH

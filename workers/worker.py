@@ -27,6 +27,7 @@ from workers.reaper import Reaper, ReaperThread
 from workers.registry import WorkerRegistration
 from workers.running import CancelListener
 from workers.runtime import WorkerRuntime
+from workers.transport import restore_held
 from workers.warmup import KeepWarm, warm_job_path, warm_up
 
 log = logging.getLogger(__name__)
@@ -112,7 +113,7 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
         )
         keep_warm.prefill_now()
         warm_job_path(runtime)
-        app = make_app(settings)
+        app = make_app(settings, worker_id=worker_id)
         app.runtime = runtime
         helpers = _start_helpers(runtime, app)
         # Only now is the worker warm: it starts consuming right after this.
@@ -137,11 +138,15 @@ def _start_helpers(runtime: WorkerRuntime, app: LlmqCelery) -> list[BackgroundLo
     def send(job_id: str, tier: Tier, priority: Priority) -> None:
         app.send_task(GENERATE_TASK, **job_message(job_id, tier, priority))
 
+    def restore(worker_id: str) -> int:
+        with app.connection_for_write() as connection:
+            return restore_held(connection.default_channel, worker_id)
+
     reaper = Reaper(
         sessions=runtime.sessions,
         redis=runtime.redis,
-        tier=runtime.tier,
         send=send,
+        restore_held=restore,
         max_attempts=runtime.settings.max_attempts,
         replay_ttl_s=runtime.settings.replay_ttl_s,
     )

@@ -50,7 +50,6 @@ def reaper_for(settings: Settings, send: SentJobs, *, max_attempts: int = 3) -> 
     return Reaper(
         sessions=runtime.sessions,
         redis=runtime.redis,
-        tier=Tier.SMALL,
         send=send,
         max_attempts=max_attempts,
         replay_ttl_s=60,
