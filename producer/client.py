@@ -23,6 +23,7 @@ from producer.limits import preload_tokenizer
 from producer.routing import Router
 from producer.streams import Event, close_stream, read_events, request_cancel
 from producer.submission import RequestLike, prepare_submission
+from schemas.broker import redis_client as broker_client
 from schemas.db import make_engine, make_sessions
 from schemas.errors import BrokerUnavailable, JobFailed
 from schemas.events import ErrorEvent, FinalEvent, TokenEvent
@@ -49,7 +50,7 @@ class Client:
         first ``submit`` costs what every later one does (about 200 ms saved here).
         """
         self.settings = settings
-        self._redis = redis_client or redis.Redis.from_url(settings.broker_url)
+        self._redis = redis_client or broker_client(settings.broker_url)
         self._db = db_engine or make_engine(settings.database_url)
         self._sessions: sessionmaker[Session] = make_sessions(self._db)
         self._enqueuer = Enqueuer(settings)
@@ -79,19 +80,23 @@ class Client:
 
         ``request`` is text, a dict or a ``GenerationRequest``. The job row is committed
         (status queued) before the message is published; if publishing fails the row is
-        removed, so nothing is left half-enqueued. The same ``idempotency_key`` returns
-        the same job. ``owner`` records who submitted it (the gateway's API key id). With
+        removed, so nothing is left half-enqueued. ``owner`` records who submitted it
+        (the gateway's API key id, or any namespace of up to 32 characters) and scopes
+        ``idempotency_key``: the same owner, key and request return the same job; the
+        same owner and key with a different request raise ``IdempotencyConflict``; another
+        owner's key is not seen at all (no owner is one namespace of its own). With
         ``require_warm_worker`` the job is refused (``NoWarmWorker``) when no warm worker
         serves its tier. With ``deadline_s``, a job not finished that long after submit is
         stopped (status failed, the reason on its row and stream). Raises
-        ``InvalidRequest``, ``PromptTooLong``, ``QueueFull``, ``NoWarmWorker``,
-        ``BrokerUnavailable`` or ``DatabaseUnavailable``.
+        ``InvalidRequest``, ``PromptTooLong``, ``IdempotencyConflict``, ``QueueFull``,
+        ``NoWarmWorker``, ``BrokerUnavailable`` or ``DatabaseUnavailable``.
         """
         submission = prepare_submission(
             request,
             tier=str(tier),
             priority=str(priority),
             idempotency_key=idempotency_key,
+            owner=owner,
             deadline_s=deadline_s,
             settings=self.settings,
             prompts=self._prompts.registry,
@@ -106,7 +111,8 @@ class Client:
             check_queue_depth(self._redis, tier_, priority_, limit)
         job, created = insert_job(
             self._sessions,
-            owner=owner,
+            owner=submission.options.owner,
+            request_hash=submission.request_hash,
             request=submission.request,
             decision=submission.decision,
             priority=submission.options.priority,

@@ -9,7 +9,7 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from schemas.errors import DatabaseUnavailable, JobNotFound
+from schemas.errors import DatabaseUnavailable, IdempotencyConflict, JobNotFound
 from schemas.events import ErrorEvent, FinalEvent, Timings, Usage
 from schemas.jobs import CANCELLED_MESSAGE, JobStatus
 from schemas.queues import Priority
@@ -31,16 +31,21 @@ def insert_job(
     idempotency_key: str | None,
     owner: str | None = None,
     deadline_s: float | None = None,
+    request_hash: str | None = None,
 ) -> tuple[Job, bool]:
     """Write a queued job row; return it and whether it is new.
 
-    With an idempotency key that already exists, the existing job is returned instead.
-    Raises ``DatabaseUnavailable`` if the database refuses.
+    Idempotency keys belong to the owner (None is one owner of its own). With a key the
+    same owner already used for the same request (same ``request_hash``), that job is
+    returned instead; for a different request ``IdempotencyConflict`` is raised. Raises
+    ``DatabaseUnavailable`` if the database refuses.
     """
     now = utcnow()
     job = Job(
         id=new_job_id(),
         idempotency_key=idempotency_key,
+        idempotency_scope=owner or "",
+        request_hash=request_hash,
         tier=decision.tier.value,
         priority=priority.value,
         routing=decision.model_dump(mode="json"),
@@ -59,7 +64,17 @@ def insert_job(
     except IntegrityError:
         if idempotency_key is None:
             raise
-        return _by_idempotency_key(sessions, idempotency_key), False
+        existing = _by_idempotency_key(sessions, owner or "", idempotency_key)
+        if (
+            request_hash is not None
+            and existing.request_hash is not None
+            and existing.request_hash != request_hash
+        ):
+            raise IdempotencyConflict(
+                f"idempotency key {idempotency_key!r} was already used for a different"
+                " request; send the same request again or use a new key"
+            ) from None
+        return existing, False
     except SQLAlchemyError as exc:
         raise DatabaseUnavailable(f"could not record the job: {_short(exc)}") from exc
 
@@ -68,9 +83,11 @@ def _columns(job: Job) -> dict[str, object]:
     return {column.key: getattr(job, column.key) for column in Job.__table__.columns}
 
 
-def _by_idempotency_key(sessions: sessionmaker[Session], key: str) -> Job:
+def _by_idempotency_key(sessions: sessionmaker[Session], scope: str, key: str) -> Job:
     with sessions() as session:
-        job = session.scalars(select(Job).where(Job.idempotency_key == key)).one_or_none()
+        job = session.scalars(
+            select(Job).where(Job.idempotency_scope == scope, Job.idempotency_key == key)
+        ).one_or_none()
     if job is None:  # lost a race with a delete: treat as unknown
         raise JobNotFound(f"no job for idempotency key {key!r}")
     return job

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -25,6 +27,8 @@ class Submission:
     request: GenerationRequest
     options: EnqueueOptions
     decision: RoutingDecision
+    request_hash: str
+    """What the caller asked for, hashed; an idempotent replay must match it."""
 
 
 def prepare_submission(
@@ -33,6 +37,7 @@ def prepare_submission(
     tier: str,
     priority: str,
     idempotency_key: str | None,
+    owner: str | None = None,
     deadline_s: float | None = None,
     settings: Settings,
     prompts: PromptRegistry,
@@ -49,10 +54,14 @@ def prepare_submission(
             "tier": tier,
             "priority": priority,
             "idempotency_key": idempotency_key,
+            "owner": owner,
             "deadline_s": deadline_s,
         },
         "enqueue options",
     )
+    # Hashed before the prompt's version is pinned: a replay after a new version of
+    # the prompt is still the same request.
+    hashed = request_hash(parsed, options)
     decision = router.route(parsed, requested=options.tier, priority=options.priority)
     system_text = None
     if parsed.system_prompt is not None:
@@ -60,7 +69,19 @@ def prepare_submission(
         parsed = parsed.model_copy(update={"system_prompt": prompt.ref})
         system_text = prompt.text
     check_fits(parsed, tier=decision.tier, settings=settings, system_text=system_text)
-    return Submission(request=parsed, options=options, decision=decision)
+    return Submission(request=parsed, options=options, decision=decision, request_hash=hashed)
+
+
+def request_hash(request: GenerationRequest, options: EnqueueOptions) -> str:
+    """SHA-256 of the request and where it was asked to go, in one canonical JSON form."""
+    canonical = {
+        "request": request.model_dump(mode="json"),
+        "tier": str(options.tier),
+        "priority": str(options.priority),
+        "deadline_s": options.deadline_s,
+    }
+    encoded = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(encoded.encode()).hexdigest()
 
 
 def parse_request(request: RequestLike) -> GenerationRequest:

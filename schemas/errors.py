@@ -19,6 +19,10 @@ class PromptTooLong(InvalidRequest):
     """The prompt plus ``max_tokens`` does not fit the tier's context window."""
 
 
+class IdempotencyConflict(InvalidRequest):
+    """The idempotency key was already used by the same owner for a different request."""
+
+
 class QueueFull(LlmqError):
     """The queue is at its depth limit; nothing was enqueued. Retry after a while."""
 

@@ -73,6 +73,12 @@ class EnqueueOptions(BaseModel):
     tier: Tier | Literal["auto"] = "auto"
     priority: Priority = Priority.INTERACTIVE
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
+    owner: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=32,
+        description="who submits: the gateway's API key id, or a client's own namespace",
+    )
     deadline_s: float | None = Field(
         default=None, gt=0, le=7 * 24 * 3600, description="abort the job this long after submit"
     )

@@ -5,7 +5,18 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, Index, Integer, MetaData, String, Text
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING_CONVENTION = {
@@ -37,7 +48,13 @@ class Job(Base):
     __tablename__ = "jobs"
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    idempotency_key: Mapped[str | None] = mapped_column(String(200), unique=True)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200))
+    idempotency_scope: Mapped[str] = mapped_column(String(32), default="", server_default="")
+    """Whose idempotency keys these are: the owner, or '' for jobs without one.
+
+    Not NULL, so two owner-less jobs with the same key still collide."""
+    request_hash: Mapped[str | None] = mapped_column(String(64))
+    """SHA-256 of the canonical request, to tell a replay from a reused key."""
     tier: Mapped[str] = mapped_column(String(16))
     priority: Mapped[str] = mapped_column(String(16))
     routing: Mapped[dict[str, Any]] = mapped_column(JSON)
@@ -63,7 +80,13 @@ class Job(Base):
     deadline_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     """When the worker gives up on the job (the submitter's ``deadline_s``); None: no limit."""
 
-    __table_args__ = (Index("ix_jobs_status_created_at", "status", "created_at"),)
+    __table_args__ = (
+        Index("ix_jobs_status_created_at", "status", "created_at"),
+        # Idempotency keys are per owner: the same key from two owners makes two jobs.
+        UniqueConstraint(
+            "idempotency_scope", "idempotency_key", name="uq_jobs_idempotency_scope_key"
+        ),
+    )
 
 
 class ApiKey(Base):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from schemas.errors import (
     BrokerUnavailable,
     DatabaseUnavailable,
+    IdempotencyConflict,
     InvalidRequest,
     JobFailed,
     JobNotFound,
@@ -47,6 +48,7 @@ def rate_limited(retry_after_s: int) -> HttpError:
 # Most specific first: PromptTooLong is an InvalidRequest, for one.
 STATIC_MAPPING: list[tuple[type[LlmqError], HttpError]] = [
     (PromptTooLong, HttpError(413, "invalid_request_error", "context_length_exceeded")),
+    (IdempotencyConflict, HttpError(409, "invalid_request_error", "idempotency_conflict")),
     (InvalidRequest, BAD_REQUEST),
     (JobNotFound, NOT_FOUND),
     (NoWarmWorker, HttpError(503, "service_unavailable", "no_warm_worker", 5)),

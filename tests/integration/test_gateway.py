@@ -222,3 +222,41 @@ def test_only_the_owner_can_cancel_a_job(
     assert cancelled.status_code == 200, cancelled.text
     assert cancelled.json()["status"] == "cancelled"
     assert cancelled.json()["error"] == "cancelled by its client"
+
+
+def job_owners(settings: Settings) -> list[str | None]:
+    from sqlalchemy import select
+
+    from schemas.tables import Job
+
+    engine = make_engine(settings.database_url)
+    with make_sessions(engine)() as session:
+        owners = list(session.scalars(select(Job.owner).order_by(Job.created_at)))
+    engine.dispose()
+    return owners
+
+
+def test_idempotency_keys_belong_to_the_api_key(
+    gateway: httpx.Client, integration_settings: Settings
+) -> None:
+    engine = make_engine(integration_settings.database_url)
+    a, secret_a = create_key(make_sessions(engine), "a", rate_limit_per_min=600)
+    b, secret_b = create_key(make_sessions(engine), "b", rate_limit_per_min=600)
+    engine.dispose()
+    body = {**HELLO, "stream": True, "priority": "batch"}
+
+    def post(secret: str, json_body: dict[str, object]) -> int:
+        headers = {**auth(secret), "Idempotency-Key": "order-1"}
+        with gateway.stream("POST", CHAT, json=json_body, headers=headers) as response:
+            if response.status_code != 200:
+                response.read()
+                assert_openai_error(response, 409, "idempotency_conflict")
+            return response.status_code
+
+    assert post(secret_a, body) == 200
+    assert post(secret_a, body) == 200  # a replay: the same job
+    assert job_owners(integration_settings) == [a.id]
+    changed = {**body, "messages": [{"role": "user", "content": "something else"}]}
+    assert post(secret_a, changed) == 409
+    assert post(secret_b, body) == 200  # another key's job, not a's
+    assert job_owners(integration_settings) == [a.id, b.id]

@@ -12,7 +12,7 @@ from sqlalchemy import create_engine, func, select
 from sqlalchemy.orm import Session
 
 from producer.client import Client
-from schemas.errors import BrokerUnavailable, InvalidRequest, PromptTooLong
+from schemas.errors import BrokerUnavailable, IdempotencyConflict, InvalidRequest, PromptTooLong
 from schemas.jobs import JobStatus
 from schemas.queues import GENERATE_TASK, Tier, all_queues
 from schemas.settings import Settings, TierConfig
@@ -72,6 +72,58 @@ def test_same_idempotency_key_returns_the_same_job_once(integration_settings: Se
     assert first.job_id == second.job_id
     assert len(job_rows(integration_settings)) == 1
     assert sum(len(m) for m in queued_messages(integration_settings).values()) == 1
+
+
+def test_idempotency_keys_are_scoped_to_their_owner(integration_settings: Settings) -> None:
+    with Client(integration_settings) as client:
+        mine = client.submit("hi", idempotency_key="order-42", owner="tenant-a")
+        again = client.submit("hi", idempotency_key="order-42", owner="tenant-a")
+        theirs = client.submit("hi", idempotency_key="order-42", owner="tenant-b")
+        anonymous = client.submit("hi", idempotency_key="order-42")
+        anonymous_again = client.submit("hi", idempotency_key="order-42")
+    assert mine.job_id == again.job_id
+    assert anonymous.job_id == anonymous_again.job_id
+    assert len({mine.job_id, theirs.job_id, anonymous.job_id}) == 3
+    rows = {row.id: row for row in job_rows(integration_settings)}
+    assert len(rows) == 3
+    assert rows[theirs.job_id].owner == "tenant-b"
+    assert rows[anonymous.job_id].owner is None
+    assert sum(len(m) for m in queued_messages(integration_settings).values()) == 3
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"request": "something else"}, {"tier": "large"}, {"priority": "batch"}],
+)
+def test_reusing_a_key_for_a_different_request_is_a_conflict(
+    integration_settings: Settings, change: dict[str, str]
+) -> None:
+    original: dict[str, str] = {"request": "hi", "tier": "small", "priority": "interactive"}
+    replay = {**original, **change}
+    with Client(integration_settings) as client:
+        first = client.submit(
+            original["request"],
+            tier=original["tier"],
+            priority=original["priority"],
+            idempotency_key="order-42",
+            owner="tenant-a",
+        )
+        with pytest.raises(IdempotencyConflict, match="different request"):
+            client.submit(
+                replay["request"],
+                tier=replay["tier"],
+                priority=replay["priority"],
+                idempotency_key="order-42",
+                owner="tenant-a",
+            )
+    assert [row.id for row in job_rows(integration_settings)] == [first.job_id]
+    assert sum(len(m) for m in queued_messages(integration_settings).values()) == 1
+
+
+def test_an_owner_longer_than_the_column_is_refused(integration_settings: Settings) -> None:
+    with Client(integration_settings) as client, pytest.raises(InvalidRequest, match="owner"):
+        client.submit("hi", owner="x" * 33)
+    assert job_rows(integration_settings) == []
 
 
 @pytest.mark.parametrize(
