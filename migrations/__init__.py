@@ -6,9 +6,8 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy.exc import SQLAlchemyError
 
-from schemas.errors import DatabaseUnavailable
+from schemas.boundary import database_boundary
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent
 
@@ -23,19 +22,11 @@ def alembic_config(database_url: str) -> Config:
 
 def upgrade(database_url: str, revision: str = "head") -> None:
     """Bring the database to ``revision``; raises ``DatabaseUnavailable`` on failure."""
-    try:
+    with database_boundary(f"migrate the job database to {revision}"):
         command.upgrade(alembic_config(database_url), revision)
-    except SQLAlchemyError as exc:
-        raise DatabaseUnavailable(
-            f"database migration failed: {exc.__class__.__name__}: {exc}"
-        ) from exc
 
 
 def downgrade(database_url: str, revision: str) -> None:
     """Step the database back to ``revision``."""
-    try:
+    with database_boundary(f"migrate the job database back to {revision}"):
         command.downgrade(alembic_config(database_url), revision)
-    except SQLAlchemyError as exc:
-        raise DatabaseUnavailable(
-            f"database migration failed: {exc.__class__.__name__}: {exc}"
-        ) from exc

@@ -8,7 +8,8 @@ from typing import Any
 import redis
 
 from producer.status import live_workers
-from schemas.errors import BrokerUnavailable, NoWarmWorker, QueueFull
+from schemas.boundary import broker_boundary
+from schemas.errors import NoWarmWorker, QueueFull
 from schemas.queues import Priority, Tier, queue_name
 
 # Rough drain time per waiting job, for the Retry-After hint of a full queue.
@@ -19,12 +20,8 @@ WORKER_CACHE_S = 1.0
 def check_queue_depth(client: redis.Redis, tier: Tier, priority: Priority, limit: int) -> None:
     """Raise ``QueueFull`` (with the depth and a retry hint) if the queue is at ``limit``."""
     queue = queue_name(tier, priority)
-    try:
+    with broker_boundary(f"check the depth of {queue}", then="nothing was enqueued"):
         depth = int(client.llen(queue))
-    except redis.RedisError as exc:
-        raise BrokerUnavailable(
-            f"cannot reach Redis to check {queue}: {exc}; nothing was enqueued"
-        ) from exc
     if depth >= limit:
         retry_after = max(1, depth * RETRY_SECONDS_PER_1000 // 1000)
         raise QueueFull(
@@ -50,10 +47,8 @@ class WorkerDirectory:
     def snapshot(self) -> list[dict[str, Any]]:
         """Every live worker entry; raises ``BrokerUnavailable`` if Redis cannot be read."""
         if time.monotonic() - self._read_at > WORKER_CACHE_S:
-            try:
+            with broker_boundary("read the worker registry"):
                 self._workers = live_workers(self._redis)
-            except redis.RedisError as exc:
-                raise BrokerUnavailable(f"cannot read the worker registry: {exc}") from exc
             self._read_at = time.monotonic()
         return self._workers
 

@@ -23,6 +23,7 @@ from producer.limits import preload_tokenizer
 from producer.routing import Router
 from producer.streams import Event, close_stream, read_events, request_cancel
 from producer.submission import RequestLike, prepare_submission
+from schemas.boundary import broker_boundary
 from schemas.broker import redis_client as broker_client
 from schemas.db import make_engine, make_sessions
 from schemas.errors import BrokerUnavailable, JobFailed
@@ -136,12 +137,8 @@ class Client:
         """
         for tier in Tier:
             preload_tokenizer(self.settings.model_dir(tier))
-        try:
+        with broker_boundary("reach Redis"):
             self._redis.ping()
-        except redis.RedisError as exc:
-            raise BrokerUnavailable(
-                f"cannot reach Redis at {self.settings.broker_url}: {exc}"
-            ) from exc
         self._enqueuer.connect()
         check_database(self._sessions)
 
@@ -174,13 +171,11 @@ class Client:
         if JobStatus(load_job(self._sessions, job_id).status).is_final:
             return
         ttl_s = self.settings.replay_ttl_s
-        try:
+        with broker_boundary(f"cancel job {job_id}"):
             if cancel_if_queued(self._sessions, job_id):
                 close_stream(self._redis, job_id, CANCELLED_MESSAGE, ttl_s=ttl_s)
             else:
                 request_cancel(self._redis, job_id, ttl_s=ttl_s)
-        except redis.RedisError as exc:
-            raise BrokerUnavailable(f"could not cancel job {job_id}: {exc}") from exc
 
     def status(self, job_id: str) -> JobStatus:
         """The job's current status as recorded in the database."""

@@ -6,9 +6,8 @@ The producer sends by task name, so it never imports the workers package.
 from __future__ import annotations
 
 from celery import Celery
-from kombu.exceptions import OperationalError
 
-from schemas.errors import BrokerUnavailable
+from schemas.boundary import broker_boundary
 from schemas.queues import (
     GENERATE_TASK,
     Priority,
@@ -40,28 +39,21 @@ class Enqueuer:
     def enqueue(self, job_id: str, *, tier: Tier, priority: Priority) -> None:
         """Publish one job; raises ``BrokerUnavailable`` if Redis cannot take it."""
         queue = queue_name(tier, priority)
-        try:
+        with broker_boundary(f"enqueue on {queue}", then="nothing was enqueued"):
             self._app.send_task(
                 GENERATE_TASK,
                 **job_message(job_id, tier, priority),
                 retry=True,
                 retry_policy=PUBLISH_RETRY_POLICY,
             )
-        except OperationalError as exc:
-            raise BrokerUnavailable(
-                f"cannot reach Redis to enqueue on {queue}: {exc}; nothing was enqueued"
-            ) from exc
 
     def connect(self) -> None:
         """Open the broker connection now; raises ``BrokerUnavailable``."""
-        try:
-            with self._app.producer_or_acquire() as producer:
-                producer.connection.ensure_connection(max_retries=1)
-                # Declaring binds each queue once; done here, the first publish skips it.
-                for queue in self._app.amqp.queues.values():
-                    producer.maybe_declare(queue)
-        except OperationalError as exc:
-            raise BrokerUnavailable(f"cannot reach the broker: {exc}") from exc
+        with broker_boundary("connect to the broker"), self._app.producer_or_acquire() as producer:
+            producer.connection.ensure_connection(max_retries=1)
+            # Declaring binds each queue once; done here, the first publish skips it.
+            for queue in self._app.amqp.queues.values():
+                producer.maybe_declare(queue)
 
     def close(self) -> None:
         """Release broker connections."""

@@ -6,10 +6,11 @@ import uuid
 from datetime import timedelta
 
 from sqlalchemy import delete, insert, select, update
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from schemas.errors import DatabaseUnavailable, IdempotencyConflict, JobNotFound
+from schemas.boundary import DATABASE_ERRORS, database_boundary, database_error
+from schemas.errors import IdempotencyConflict, JobNotFound
 from schemas.events import ErrorEvent, FinalEvent, Timings, Usage
 from schemas.jobs import CANCELLED_MESSAGE, JobStatus
 from schemas.queues import Priority
@@ -61,9 +62,9 @@ def insert_job(
             # A Core insert skips the unit of work; this sits on every submit's path.
             session.execute(insert(Job), [_columns(job)])
         return job, True
-    except IntegrityError:
+    except IntegrityError as exc:
         if idempotency_key is None:
-            raise
+            raise database_error(exc, doing="record the job") from exc
         existing = _by_idempotency_key(sessions, owner or "", idempotency_key)
         if (
             request_hash is not None
@@ -75,8 +76,8 @@ def insert_job(
                 " request; send the same request again or use a new key"
             ) from None
         return existing, False
-    except SQLAlchemyError as exc:
-        raise DatabaseUnavailable(f"could not record the job: {_short(exc)}") from exc
+    except DATABASE_ERRORS as exc:
+        raise database_error(exc, doing="record the job") from exc
 
 
 def _columns(job: Job) -> dict[str, object]:
@@ -84,7 +85,7 @@ def _columns(job: Job) -> dict[str, object]:
 
 
 def _by_idempotency_key(sessions: sessionmaker[Session], scope: str, key: str) -> Job:
-    with sessions() as session:
+    with database_boundary("look up the idempotency key"), sessions() as session:
         job = session.scalars(
             select(Job).where(Job.idempotency_scope == scope, Job.idempotency_key == key)
         ).one_or_none()
@@ -95,11 +96,8 @@ def _by_idempotency_key(sessions: sessionmaker[Session], scope: str, key: str) -
 
 def delete_job(sessions: sessionmaker[Session], job_id: str) -> None:
     """Remove a row whose message never reached the queue."""
-    try:
-        with sessions.begin() as session:
-            session.execute(delete(Job).where(Job.id == job_id))
-    except SQLAlchemyError as exc:
-        raise DatabaseUnavailable(f"could not roll back job {job_id}: {_short(exc)}") from exc
+    with database_boundary(f"roll back job {job_id}"), sessions.begin() as session:
+        session.execute(delete(Job).where(Job.id == job_id))
 
 
 def check_database(sessions: sessionmaker[Session]) -> None:
@@ -114,16 +112,11 @@ def check_database(sessions: sessionmaker[Session]) -> None:
         attempts=0,
         created_at=utcnow(),
     )
-    try:
-        with sessions() as session:
-            # Insert and roll back: the connection opens and the insert statement is
-            # compiled and cached, and nothing is written.
-            session.execute(insert(Job), [_columns(probe)])
-            session.rollback()
-    except SQLAlchemyError as exc:
-        raise DatabaseUnavailable(
-            f"cannot use the job database: {_short(exc)} (run: llmq db upgrade)"
-        ) from exc
+    with database_boundary("use the job database"), sessions() as session:
+        # Insert and roll back: the connection opens and the insert statement is
+        # compiled and cached, and nothing is written.
+        session.execute(insert(Job), [_columns(probe)])
+        session.rollback()
 
 
 def cancel_if_queued(sessions: sessionmaker[Session], job_id: str) -> bool:
@@ -137,20 +130,14 @@ def cancel_if_queued(sessions: sessionmaker[Session], job_id: str) -> bool:
         .values(status=JobStatus.CANCELLED.value, error=CANCELLED_MESSAGE, finished_at=utcnow())
         .returning(Job.id)
     )
-    try:
-        with sessions.begin() as session:
-            return session.execute(cancel).first() is not None
-    except SQLAlchemyError as exc:
-        raise DatabaseUnavailable(f"could not cancel job {job_id}: {_short(exc)}") from exc
+    with database_boundary(f"cancel job {job_id}"), sessions.begin() as session:
+        return session.execute(cancel).first() is not None
 
 
 def load_job(sessions: sessionmaker[Session], job_id: str) -> Job:
     """The job row; raises ``JobNotFound`` or ``DatabaseUnavailable``."""
-    try:
-        with sessions() as session:
-            job = session.get(Job, job_id)
-    except SQLAlchemyError as exc:
-        raise DatabaseUnavailable(f"could not read job {job_id}: {_short(exc)}") from exc
+    with database_boundary(f"read job {job_id}"), sessions() as session:
+        job = session.get(Job, job_id)
     if job is None:
         raise JobNotFound(f"no job with id {job_id}")
     return job
@@ -179,7 +166,3 @@ def terminal_event_from_row(job: Job, seq: int) -> FinalEvent | ErrorEvent | Non
     if JobStatus(job.status).is_final:
         return ErrorEvent(seq=seq, message=job.error or f"the job ended {job.status}")
     return None
-
-
-def _short(exc: Exception) -> str:
-    return str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__

@@ -8,10 +8,9 @@ import uuid
 from dataclasses import dataclass
 
 from sqlalchemy import select
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from schemas.errors import DatabaseUnavailable
+from schemas.boundary import database_boundary
 from schemas.tables import ApiKey, utcnow
 
 KEY_PREFIX = "llmq-"
@@ -47,23 +46,17 @@ def create_key(
         rate_limit_per_min=rate_limit_per_min,
         created_at=utcnow(),
     )
-    try:
-        with sessions.begin() as session:
-            session.add(key)
-    except SQLAlchemyError as exc:
-        raise DatabaseUnavailable(f"could not store the key: {exc}") from exc
+    with database_boundary("store the key"), sessions.begin() as session:
+        session.add(key)
     return KeyIdentity(key.id, key.name, key.rate_limit_per_min), secret
 
 
 def authenticate(sessions: sessionmaker[Session], secret: str) -> KeyIdentity | None:
     """The identity behind ``secret``, or None if it is unknown or revoked."""
-    try:
-        with sessions() as session:
-            key = session.scalars(
-                select(ApiKey).where(ApiKey.key_hash == hash_secret(secret))
-            ).one_or_none()
-    except SQLAlchemyError as exc:
-        raise DatabaseUnavailable(f"could not check the API key: {exc}") from exc
+    with database_boundary("check the API key"), sessions() as session:
+        key = session.scalars(
+            select(ApiKey).where(ApiKey.key_hash == hash_secret(secret))
+        ).one_or_none()
     if key is None or key.revoked_at is not None:
         return None
     return KeyIdentity(key.id, key.name, key.rate_limit_per_min)

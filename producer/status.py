@@ -8,7 +8,7 @@ from typing import Any
 
 import redis
 
-from schemas.errors import BrokerUnavailable
+from schemas.boundary import broker_boundary
 from schemas.queues import WORKER_KEY_PREFIX, Priority, Tier, queue_name
 
 
@@ -41,11 +41,9 @@ def live_workers(client: redis.Redis) -> list[dict[str, Any]]:
 
 def render_status(client: redis.Redis) -> str:
     """A person-readable table of queues and workers; raises ``BrokerUnavailable``."""
-    try:
+    with broker_boundary("read the status from Redis"):
         depths = queue_depths(client)
         workers = live_workers(client)
-    except redis.RedisError as exc:
-        raise BrokerUnavailable(f"cannot read status from Redis: {exc}") from exc
     lines = ["QUEUE                     DEPTH"]
     lines += [f"{queue_name(d.tier, d.priority):<25} {d.depth:>5}" for d in depths]
     lines.append("")

@@ -19,7 +19,8 @@ import redis
 import redis.asyncio as aioredis
 from pydantic import ValidationError
 
-from schemas.errors import BrokerUnavailable, JobTimeout
+from schemas.boundary import broker_error
+from schemas.errors import JobTimeout
 from schemas.events import AnyEvent, ErrorEvent, FinalEvent, is_terminal, parse_event
 from schemas.queues import CANCEL_CHANNEL, cancel_key, event_channel, event_log_key
 
@@ -149,7 +150,7 @@ class Outage:
         if self._since is None:
             self._since = now
         if now - self._since > RECONNECT_BUDGET_S:
-            raise BrokerUnavailable(f"lost the stream of job {self._job_id}: {exc}") from exc
+            raise broker_error(exc, doing=f"follow the stream of job {self._job_id}") from exc
         return RECONNECT_DELAY_S
 
 

@@ -13,7 +13,7 @@ from sqlalchemy import update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from schemas.errors import DatabaseUnavailable
+from schemas.boundary import database_boundary
 from schemas.events import Timings, Usage
 from schemas.jobs import JobStatus
 from schemas.tables import Job, as_utc, utcnow
@@ -57,11 +57,8 @@ def claim_job(
         )
         .returning(Job.request, Job.priority, Job.created_at, Job.attempts, Job.deadline_at)
     )
-    try:
-        with sessions.begin() as session:
-            row = session.execute(claim).one_or_none()
-    except SQLAlchemyError as exc:
-        raise DatabaseUnavailable(f"could not claim job {job_id}: {exc}") from exc
+    with database_boundary(f"claim job {job_id}"), sessions.begin() as session:
+        row = session.execute(claim).one_or_none()
     if row is None:
         return None
     return ClaimedJob(

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from sqlalchemy import select, update
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from producer.router.dataset import Example
 from producer.routing import routing_text
-from schemas.errors import DatabaseUnavailable, JobNotFound
+from schemas.boundary import database_boundary
+from schemas.errors import JobNotFound
 from schemas.queues import Tier
 from schemas.requests import GenerationRequest
 from schemas.tables import Job
@@ -16,13 +16,10 @@ from schemas.tables import Job
 
 def correct_tier(sessions: sessionmaker[Session], job_id: str, tier: Tier) -> None:
     """Record the tier a job should have gone to; raises ``JobNotFound``."""
-    try:
-        with sessions.begin() as session:
-            result = session.execute(
-                update(Job).where(Job.id == job_id).values(corrected_tier=tier.value)
-            )
-    except SQLAlchemyError as exc:
-        raise DatabaseUnavailable(f"could not record the correction: {exc}") from exc
+    with database_boundary("record the correction"), sessions.begin() as session:
+        result = session.execute(
+            update(Job).where(Job.id == job_id).values(corrected_tier=tier.value)
+        )
     if result.rowcount == 0:  # type: ignore[attr-defined]
         raise JobNotFound(f"no job with id {job_id}")
 

@@ -162,7 +162,7 @@ def test_bad_requests_are_rejected_before_anything_is_written(
 
 def test_redis_unreachable_fails_fast_and_leaves_no_row(integration_settings: Settings) -> None:
     unreachable = integration_settings.model_copy(update={"broker_url": "redis://127.0.0.1:1/0"})
-    with pytest.raises(BrokerUnavailable, match="cannot reach Redis"):
+    with pytest.raises(BrokerUnavailable, match="Redis is unreachable"):
         Client(unreachable)
     with (
         Client(unreachable, warm=False) as client,
