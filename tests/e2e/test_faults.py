@@ -26,7 +26,12 @@ from workers.bench.faults import (
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]
 
-KILLS = 20
+# A few kills of each kind (mid-stream, and on arrival before the claim); the
+# 20-kill soak is ``llmq bench faults``.
+KILLS = 4
+# Far below the visibility timeout (the tier's longest job plus a minute), which was
+# all that brought back a message its dead worker had not claimed yet.
+RECOVERY_BOUND_S = 60.0
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +50,11 @@ def test_workers_killed_mid_generation_lose_and_duplicate_nothing(
     assert report.jobs_lost == 0
     assert report.duplicate_results == 0
     assert (report.stream_gaps, report.stream_dups, report.incoherent_texts) == (0, 0, 0)
-    assert report.resumed_attempts == KILLS  # each job went on in a second attempt
+    assert report.stalled_jobs == 0
+    # Each job killed mid-stream went on in a second attempt.
+    assert report.resumed_attempts >= KILLS // 2
+    assert len(report.recovery_s) >= KILLS  # every job a victim held went on...
+    assert max(report.recovery_s) < RECOVERY_BOUND_S  # ...without waiting for redelivery
     assert report.reconnects > KILLS  # the listeners dropped and resumed many times
 
 

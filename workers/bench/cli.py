@@ -85,6 +85,10 @@ def _add_faults(kinds: Any) -> None:
     faults.add_argument("--fuzz-cases", type=int, default=1000, help="bad inputs of each kind")
     faults.add_argument("--max-tokens", type=int, default=96, help="per killed job")
     faults.add_argument("--seed", type=int, default=7)
+    faults.add_argument(
+        "--database-url",
+        help="job database of the lab (default: LLMQ_DATABASE_URL, else a fresh SQLite file)",
+    )
     faults.add_argument("--json", action="store_true", help="print only the JSON result")
     faults.set_defaults(handler=_faults)
 
@@ -162,8 +166,11 @@ def _faults(args: argparse.Namespace) -> int:
     from schemas.settings import Settings
     from workers.bench.faults import run_faults
 
+    settings = Settings.from_env()
+    if args.database_url:
+        settings = settings.model_copy(update={"database_url": args.database_url})
     result = run_faults(
-        Settings.from_env(),
+        settings,
         kills=args.kills,
         restart_jobs=args.restart_jobs,
         reconnects=args.reconnects,

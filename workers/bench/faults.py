@@ -8,6 +8,7 @@ group so that a kill takes its engine down with it, as a crash does.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import random
 import subprocess
@@ -19,8 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.engine import make_url
+
 from producer.client import Client
-from schemas.errors import BrokerUnavailable, JobFailed, JobTimeout, LlmqError
+from schemas.errors import BrokerUnavailable, EngineError, JobFailed, JobTimeout, LlmqError
 from schemas.events import (
     AnyEvent,
     AttemptEvent,
@@ -30,11 +33,12 @@ from schemas.events import (
     parse_event,
 )
 from schemas.jobs import JobStatus
-from schemas.queues import Priority, Tier, event_log_key, queue_name
+from schemas.queues import Priority, Tier, event_log_key, held_key, queue_name
 from schemas.settings import Settings
 from schemas.tables import Job
 from workers.bench.fuzz import find_request_crashes, push_raw_payloads
 from workers.bench.fuzz import fuzz_cases as draw_fuzz_cases
+from workers.bench.harness import percentile
 from workers.bench.redis_server import RedisServer
 from workers.supervise import kill_group, start_worker_process, stop_process, wait_until_warm
 from workers.worker import worker_pid
@@ -43,6 +47,8 @@ log = logging.getLogger(__name__)
 
 TIER = Tier.SMALL
 JOB_TIMEOUT_S = 300.0
+# How long a job may wait for its (next) first token before it counts as stalled.
+STALL_TIMEOUT_S = 120.0
 
 
 @dataclass
@@ -55,12 +61,14 @@ class Lab:
     max_attempts: int
     concurrency: int
     processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+    logs: dict[int, Path] = field(default_factory=dict)
     started: int = 0
 
     def start_worker(self) -> subprocess.Popen[bytes]:
         """Start one more worker; it warms in the background."""
         self.started += 1
-        log_file = (self.scratch / f"worker-{self.started}.log").open("wb")
+        log_path = self.scratch / f"worker-{self.started}.log"
+        log_file = log_path.open("wb")
         process = start_worker_process(
             self.settings,
             TIER,
@@ -71,10 +79,16 @@ class Lab:
         )
         log_file.close()
         self.processes[process.pid] = process
+        self.logs[process.pid] = log_path
         return process
 
     def wait_warm(self, process: subprocess.Popen[bytes]) -> str:
-        return wait_until_warm(self.settings, TIER, process, timeout=900)
+        """The worker's id once warm; a worker that dies first is a broken lab."""
+        try:
+            return wait_until_warm(self.settings, TIER, process, timeout=900)
+        except EngineError as exc:
+            tail = self.logs[process.pid].read_text(errors="replace")[-3000:]
+            raise EngineError(f"{exc}; the end of its log:\n{tail}") from exc
 
     def kill(self, worker_id: str) -> None:
         """Crash the worker ``worker_id`` and its engine with SIGKILL."""
@@ -147,6 +161,8 @@ class Listener:
         self.job_id = job_id
         self.rng = rng
         self.events: dict[int, AnyEvent] = {}
+        self.first_seen: dict[int, float] = {}
+        self.killed_at: float | None = None
         self.reconnects = 0
         self.gaps = 0
         self.dups = 0
@@ -170,6 +186,17 @@ class Listener:
     def text(self) -> str:
         ordered = sorted(self.events.items())
         return "".join(e.text for _, e in ordered if isinstance(e, TokenEvent))
+
+    def recovery_s(self) -> float | None:
+        """From its worker's death to the next new token it received; None if none came."""
+        if self.killed_at is None:
+            return None
+        after = [
+            seen
+            for seq, seen in self.first_seen.items()
+            if seen >= self.killed_at and isinstance(self.events.get(seq), TokenEvent)
+        ]
+        return min(after) - self.killed_at if after else None
 
     @property
     def attempts_seen(self) -> int:
@@ -203,6 +230,8 @@ class Listener:
             elif event.seq > expected:
                 self.gaps += event.seq - expected
             expected = event.seq + 1
+            if event.seq not in self.events:
+                self.first_seen[event.seq] = time.monotonic()
             known = self.events.setdefault(event.seq, event)
             if known != event:
                 self.dups += 1  # two different events under one number
@@ -224,37 +253,106 @@ class KillReport:
     incoherent_texts: int = 0
     reconnects: int = 0
     resumed_attempts: int = 0
+    stalled_jobs: int = 0
+    recovery_s: list[float] = field(default_factory=list)
     job_ids: list[str] = field(default_factory=list)
 
 
-def kill_loop(lab: Lab, client: Client, *, kills: int, max_tokens: int, seed: int) -> KillReport:
-    """``kills`` times: start a job, kill its worker after its first token, restart it.
+class Stalled(Exception):
+    """A job did not reach the point a fault round waits for within ``STALL_TIMEOUT_S``."""
 
-    A surviving worker takes the job over; the killed one comes back warm before the
-    next round, so there are always two.
+
+def kill_loop(lab: Lab, client: Client, *, kills: int, max_tokens: int, seed: int) -> KillReport:
+    """``kills`` times: kill a worker that holds work, then start a replacement.
+
+    Even rounds kill a job's worker after its first token (the job resumes elsewhere);
+    odd rounds submit a burst and kill a worker as soon as it has taken messages off
+    the queue, claimed or not yet. Every job the victim held must go on within
+    seconds. The killed worker comes back warm before the next round, so there are
+    always two.
     """
-    rng = random.Random(seed)
-    report = KillReport()
+    rounds = KillRounds(lab, client, random.Random(seed), KillReport(), max_tokens)
     listeners: list[Listener] = []
     for index in range(kills):
-        handle = client.submit(long_request(index, max_tokens), tier=TIER)
-        listener = Listener(client, handle.job_id, rng)
-        listeners.append(listener)
-        victim = _first_token_worker(lab, client, listener)
-        if victim is not None:
-            lab.kill(victim)
-            report.kills += 1
+        kill_round = rounds.mid_stream if index % 2 == 0 else rounds.on_arrival
+        try:
+            listeners += kill_round(index)
+        except Stalled as exc:
+            log.error("%s", exc)
+            rounds.report.stalled_jobs += 1
         replacement = lab.start_worker()
-        listener.join(JOB_TIMEOUT_S)
+        for listener in listeners:
+            listener.join(JOB_TIMEOUT_S)
         lab.wait_warm(replacement)
     for listener in listeners:
-        _score(lab, client, listener, report)
-    return report
+        _score(lab, client, listener, rounds.report)
+    return rounds.report
+
+
+@dataclass
+class KillRounds:
+    """The two ways a kill round picks its victim."""
+
+    lab: Lab
+    client: Client
+    rng: random.Random
+    report: KillReport
+    max_tokens: int
+
+    def mid_stream(self, index: int) -> list[Listener]:
+        """Kill a job's worker once the job has streamed its first token."""
+        handle = self.client.submit(long_request(index, self.max_tokens), tier=TIER)
+        listener = Listener(self.client, handle.job_id, self.rng)
+        victim = _first_token_worker(self.lab, self.client, listener)
+        if victim is not None:
+            listener.killed_at = time.monotonic()
+            self.lab.kill(victim)
+            self.report.kills += 1
+        return [listener]
+
+    def on_arrival(self, index: int) -> list[Listener]:
+        """Submit a burst; kill the first worker seen holding any of it."""
+        handles = [
+            self.client.submit(long_request(100 * index + n, self.max_tokens), tier=TIER)
+            for n in range(self.lab.concurrency)
+        ]
+        listeners = {h.job_id: Listener(self.client, h.job_id, self.rng) for h in handles}
+        victim, held = _first_holder(self.lab, self.client, set(listeners))
+        killed_at = time.monotonic()
+        self.lab.kill(victim)
+        self.report.kills += 1
+        for job_id in held:
+            listeners[job_id].killed_at = killed_at
+        return list(listeners.values())
+
+
+def _first_holder(lab: Lab, client: Client, job_ids: set[str]) -> tuple[str, set[str]]:
+    """A live worker that holds some of ``job_ids`` (unacknowledged), and which ones."""
+    deadline = time.monotonic() + STALL_TIMEOUT_S
+    while time.monotonic() < deadline:
+        for worker_id in _live_worker_ids(lab, client):
+            held = _held_job_ids(client, worker_id) & job_ids
+            if held:
+                return worker_id, held
+        time.sleep(0.005)
+    raise Stalled(f"no worker took any of {len(job_ids)} jobs off the queue")
+
+
+def _live_worker_ids(lab: Lab, client: Client) -> list[str]:
+    keys = client.redis.keys(held_key("*"))
+    ids = [(k.decode() if isinstance(k, bytes) else k).removeprefix(held_key("")) for k in keys]
+    return [i for i in ids if worker_pid(i) in lab.processes]
+
+
+def _held_job_ids(client: Client, worker_id: str) -> set[str]:
+    tags = client.redis.hkeys(held_key(worker_id))
+    entries = client.redis.hmget("unacked", tags) if tags else []
+    return {json.loads(entry)[0]["headers"]["id"] for entry in entries if entry}
 
 
 def _first_token_worker(lab: Lab, client: Client, listener: Listener) -> str | None:
     """The worker running the job once it has streamed; None if it finished first."""
-    deadline = time.monotonic() + JOB_TIMEOUT_S
+    deadline = time.monotonic() + STALL_TIMEOUT_S
     while time.monotonic() < deadline:
         row = lab.job(client, listener.job_id)
         if JobStatus(row.status).is_final:
@@ -262,7 +360,7 @@ def _first_token_worker(lab: Lab, client: Client, listener: Listener) -> str | N
         if listener.streamed and row.status == JobStatus.RUNNING and row.worker_id:
             return row.worker_id
         time.sleep(0.02)
-    raise TimeoutError(f"job {listener.job_id} never started streaming")
+    raise Stalled(f"job {listener.job_id} never started streaming")
 
 
 def _score(lab: Lab, client: Client, listener: Listener, report: KillReport) -> None:
@@ -272,6 +370,11 @@ def _score(lab: Lab, client: Client, listener: Listener, report: KillReport) -> 
     report.stream_gaps += listener.gaps
     report.stream_dups += listener.dups
     report.resumed_attempts += listener.attempts_seen - 1
+    recovery = listener.recovery_s()
+    if recovery is not None:
+        report.recovery_s.append(recovery)
+    elif listener.killed_at is not None and listener.final is None:
+        report.stalled_jobs += 1
     row = lab.job(client, listener.job_id)
     final = listener.final
     if row.status != JobStatus.DONE or final is None:
@@ -354,7 +457,7 @@ def _running_attempt(lab: Lab, client: Client, job_id: str, attempt: int) -> str
         if row.status == JobStatus.RUNNING and row.attempts == attempt and row.worker_id:
             return row.worker_id
         time.sleep(0.02)
-    raise TimeoutError(f"attempt {attempt} of job {job_id} never started")
+    raise Stalled(f"attempt {attempt} of job {job_id} never started")
 
 
 def finished_reconnects(
@@ -436,7 +539,12 @@ def run_faults(
         gaps, dups = finished_reconnects(client, killed.job_ids, times=reconnects, seed=seed)
         restarted = redis_restart(lab, client, jobs=restart_jobs, max_tokens=max_tokens // 2)
         log.info("Redis restart: %s", restarted)
-        dead_lettered = poison_job(lab, client, max_tokens=max_tokens)
+        try:
+            dead_lettered = poison_job(lab, client, max_tokens=max_tokens)
+        except Stalled as exc:
+            log.error("poison job: %s", exc)
+            killed.stalled_jobs += 1
+            dead_lettered = False
         crashed_workers = len(lab.processes) - lab.alive()
         return {
             "fuzz_cases": fuzzed.cases,
@@ -449,6 +557,10 @@ def run_faults(
             "stream_dups": killed.stream_dups + dups,
             "incoherent_texts": killed.incoherent_texts,
             "resumed_attempts": killed.resumed_attempts,
+            "stalled_jobs": killed.stalled_jobs,
+            "recovery_samples": len(killed.recovery_s),
+            "recovery_s_p50": _rounded_percentile(killed.recovery_s, 50),
+            "recovery_s_max": round(max(killed.recovery_s), 2) if killed.recovery_s else None,
             "live_reconnects": killed.reconnects,
             "finished_reconnects": reconnects,
             "redis_restarts": restarted.restarts,
@@ -456,5 +568,10 @@ def run_faults(
             "restart_refused": restarted.refused,
             "poison_dead_lettered": dead_lettered,
             "crashes": crashed_workers + fuzzed.request_crashes + fuzzed.worker_crashes,
+            "database": make_url(lab.settings.database_url).get_backend_name(),
             "seconds": round(time.monotonic() - started, 1),
         }
+
+
+def _rounded_percentile(values: list[float], q: float) -> float | None:
+    return round(percentile(values, q), 2) if values else None
