@@ -11,6 +11,7 @@ import redis.asyncio as aioredis
 from producer.client import Client, result_from_terminal
 from producer.streams import Event, aread_events
 from producer.submission import RequestLike
+from schemas.broker import async_redis_client
 from schemas.errors import JobFailed
 from schemas.events import ErrorEvent, FinalEvent, TokenEvent
 from schemas.jobs import JobResult, JobStatus
@@ -26,7 +27,7 @@ class AsyncClient:
         # Submitting is a short database commit plus one publish; running it in a
         # thread keeps the event loop free without a second driver stack.
         self._sync = Client(settings)
-        self._redis = aioredis.Redis.from_url(settings.broker_url)
+        self._redis = async_redis_client(settings.broker_url)
 
     @classmethod
     def from_env(cls) -> AsyncClient:

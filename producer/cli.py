@@ -129,12 +129,11 @@ def _add_status(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 
 def _status(_args: argparse.Namespace) -> int:
-    import redis
-
     from producer.status import render_status
+    from schemas.broker import redis_client
 
     settings = Settings.from_env()
-    print(render_status(redis.Redis.from_url(settings.broker_url)))
+    print(render_status(redis_client(settings.broker_url)))
     return 0
 
 

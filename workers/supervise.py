@@ -11,8 +11,7 @@ import time
 from collections.abc import Mapping
 from typing import IO
 
-import redis
-
+from schemas.broker import redis_client
 from schemas.errors import EngineError
 from schemas.queues import WORKER_KEY_PREFIX, Tier
 from schemas.settings import Settings
@@ -70,7 +69,7 @@ def wait_until_warm(
     timeout: float = WARM_TIMEOUT_S,
 ) -> str:
     """Block until the worker reports warm; return its id. Raises ``EngineError``."""
-    client = redis.Redis.from_url(settings.broker_url)
+    client = redis_client(settings.broker_url)
     pattern = f"{WORKER_KEY_PREFIX}{tier.value}-{process.pid}-*@*"
     deadline = time.monotonic() + timeout
     try:

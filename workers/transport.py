@@ -178,7 +178,7 @@ class TolerantSentinelChannel(TolerantChannel, kombu_redis.SentinelChannel):
     after a failover the worker's reconnect reaches the promoted replica.
     """
 
-    from_transport_options = (
+    from_transport_options = (  # type: ignore[assignment]
         *kombu_redis.SentinelChannel.from_transport_options,
         "llmq_worker_id",
     )
@@ -188,7 +188,7 @@ class TolerantSentinelTransport(TolerantRedisTransport):
     """:class:`TolerantRedisTransport` through Redis Sentinel (``sentinel://`` URLs)."""
 
     Channel = TolerantSentinelChannel
-    default_port = kombu_redis.SentinelTransport.default_port
+    default_port = kombu_redis.SentinelTransport.default_port  # type: ignore[assignment]
 
 
 SENTINEL_TRANSPORT_PATH = f"{__name__}:TolerantSentinelTransport"

@@ -13,6 +13,7 @@ from urllib.parse import urlparse
 
 import redis
 
+from schemas.broker import redis_client
 from schemas.errors import BrokerUnavailable, EngineError
 from schemas.queues import Tier
 from schemas.settings import Settings
@@ -88,7 +89,7 @@ def local_redis(url: str) -> Iterator[None]:
 
 def _redis_answers(url: str) -> bool:
     try:
-        return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
+        return bool(redis_client(url, socket_connect_timeout=1).ping())
     except redis.RedisError:
         return False
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import redis
 
+from schemas.broker import redis_client
 from schemas.db import make_engine, make_sessions
 from schemas.errors import BrokerUnavailable
 from schemas.prompt_registry import PromptCatalog
@@ -72,7 +73,7 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
     tier_config = settings.tier(options.tier)
     concurrency = options.concurrency or tier_config.concurrency
     worker_id = make_worker_id(options.tier)
-    client = redis.Redis.from_url(settings.broker_url)
+    client = redis_client(settings.broker_url)
     _require_redis(client, settings.broker_url)
 
     registration = WorkerRegistration(

@@ -1,0 +1,142 @@
+"""Redis Sentinel failover: producers, readers and the worker transport follow the master.
+
+A private master, replica and three sentinels (workers/bench/sentinel_lab.py); the
+master is SIGKILLed and a replica promoted. No worker runs: a test-side publisher
+writes a job's stream as a worker would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from producer.client import Client
+from schemas.broker import async_redis_client, redis_client
+from schemas.errors import LlmqError
+from schemas.events import AnyEvent, FinalEvent, Timings, TokenEvent, Usage
+from schemas.queues import Priority, Tier, queue_name
+from schemas.settings import Settings
+from workers.app import make_app
+from workers.bench.sentinel_lab import SentinelLab, sentinel_lab
+from workers.publisher import StreamPublisher
+from workers.transport import TolerantSentinelTransport
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+
+QUEUE = queue_name(Tier.SMALL, Priority.INTERACTIVE)
+REQUEST = {"messages": [{"role": "user", "content": "where is my order?"}], "max_tokens": 8}
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[SentinelLab]:
+    with sentinel_lab(tmp_path / "sentinel") as started:
+        yield started
+
+
+def queued_job_ids(lab: SentinelLab) -> list[str]:
+    """Job ids of the messages on the small interactive queue of the current master."""
+    client = lab.master.client()
+    try:
+        return [json.loads(raw)["headers"]["id"] for raw in client.lrange(QUEUE, 0, -1)]
+    finally:
+        client.close()
+
+
+class Reader(threading.Thread):
+    """Follows a job's stream through the producer client, as a waiting user does."""
+
+    def __init__(self, client: Client, job_id: str) -> None:
+        super().__init__(daemon=True)
+        self.client = client
+        self.job_id = job_id
+        self.events: list[AnyEvent] = []
+        self.error: Exception | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.events.extend(self.client.events(self.job_id, timeout=40))
+        except (LlmqError, redis.RedisError) as exc:  # reported by the test
+            self.error = exc
+
+    def wait_for(self, count: int, timeout_s: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while len(self.events) < count and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(self.events) >= count, f"the reader got {len(self.events)} events"
+
+
+def test_producers_readers_and_workers_follow_a_promoted_replica(
+    lab: SentinelLab, integration_settings: Settings
+) -> None:
+    settings = integration_settings.model_copy(update={"broker_url": lab.url})
+    with Client(settings) as client:
+        before = [client.submit(REQUEST, tier=Tier.SMALL).job_id for _ in range(3)]
+        assert queued_job_ids(lab) == before[::-1]  # kombu pushes on the left
+
+        streamed = before[0]
+        publisher = StreamPublisher(redis_client(lab.url), streamed, ttl_s=60)
+        reader = Reader(client, streamed)
+        publisher.token("Your order ")
+        publisher.token("left ")
+        reader.wait_for(2)
+
+        # One event loop for the asyncio client's whole life, as in the gateway.
+        loop = asyncio.new_event_loop()
+        async_client = async_redis_client(lab.url)
+        loop.run_until_complete(async_client.set("llmq:test:async", "before"))
+
+        assert lab.wait_replicated() == 1  # what is acknowledged here must survive
+        old_port = lab.kill_master()
+        new_port = lab.wait_promoted(old_port)
+        assert new_port != old_port
+
+        # The worker's stream goes on on the new master, and the reader follows it.
+        publisher.token("today.")
+        publisher.final(
+            text="Your order left today.",
+            finish_reason="stop",
+            usage=Usage(prompt_tokens=5, completion_tokens=3),
+            timings=Timings(queue_wait_ms=1.0, total_ms=2.0),
+            worker_id="test-worker",
+        )
+        reader.join(timeout=30)
+        assert reader.error is None, reader.error
+        assert [event.seq for event in reader.events] == [0, 1, 2, 3]
+        texts = [event.text for event in reader.events if isinstance(event, TokenEvent)]
+        assert texts == ["Your order ", "left ", "today."]
+        assert isinstance(reader.events[-1], FinalEvent)
+
+        # Submitting goes on, through Celery, to the promoted replica.
+        after = client.submit(REQUEST, tier=Tier.SMALL).job_id
+        assert queued_job_ids(lab) == [after, *before[::-1]]
+
+        # The asyncio client (gateway, AsyncClient) follows the new master too.
+        async def read_and_write() -> bytes | None:
+            value = await async_client.get("llmq:test:async")
+            await async_client.set("llmq:test:async", "after")
+            await async_client.aclose()
+            return value
+
+        assert loop.run_until_complete(read_and_write()) == b"before"
+        loop.close()
+
+    # A worker's Celery connection goes through the sentinels to the new master and
+    # takes the messages there.
+    app = make_app(settings)
+    with app.connection_for_read() as connection:
+        assert isinstance(connection.transport, TolerantSentinelTransport)
+        channel = connection.default_channel
+        host, port = channel.client.connection_pool.get_master_address()
+        assert (host, int(port)) == ("127.0.0.1", new_port)
+        message = channel.basic_get(QUEUE, no_ack=True)
+        assert message is not None
+        assert message.headers["id"] == before[0]  # the oldest message comes first
+    app.close()
