@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -28,9 +29,15 @@ def e2e_settings() -> Settings:
 
 
 @pytest.fixture(scope="session")
-def worker(e2e_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def worker_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the session worker's whole output (stdout and stderr) goes."""
+    return tmp_path_factory.mktemp("worker") / "worker.log"
+
+
+@pytest.fixture(scope="session")
+def worker(e2e_settings: Settings, worker_log: Path) -> Iterator[str]:
     """Start ``llmq worker --tier small`` and wait until it reports warm; yield its id."""
-    log_path = tmp_path_factory.mktemp("worker") / "worker.log"
+    log_path = worker_log
     with log_path.open("wb") as log:
         process = start_worker_process(
             e2e_settings, Tier.SMALL, concurrency=8, output=log, metrics_port=WORKER_METRICS_PORT

@@ -56,18 +56,24 @@ def test_two_workers_of_a_tier_both_take_work(
         stop_process(replica)
 
 
-def test_worker_metrics_expose_slots_latencies_and_outcomes(client: Client, worker: str) -> None:
-    client.submit({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}).result(
-        timeout=120
-    )
+def worker_metrics() -> dict[str, float]:
     text = httpx.get(f"http://127.0.0.1:{WORKER_METRICS_PORT}/metrics", timeout=10).text
-    values = {
+    return {
         line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
         if line.startswith("llmq_")
     }
-    assert 0 <= values['llmq_worker_free_slots{tier="small"}'] <= 8
-    assert values['llmq_worker_in_flight{tier="small"}'] >= 0
+
+
+def test_worker_metrics_expose_slots_latencies_and_outcomes(client: Client, worker: str) -> None:
+    handle = client.submit({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 48})
+    next(handle.events(timeout=120))  # running now
+    during = worker_metrics()
+    handle.result(timeout=120)
+    in_flight = during['llmq_worker_in_flight{tier="small"}']
+    assert in_flight >= 1
+    assert during['llmq_worker_free_slots{tier="small"}'] == 8 - in_flight
+    values = worker_metrics()
     done = 'llmq_worker_jobs_total{priority="interactive",status="done",tier="small"}'
     assert values[done] >= 1
     assert values['llmq_worker_ttft_seconds_count{priority="interactive",tier="small"}'] >= 1
@@ -87,6 +93,10 @@ def test_an_interactive_job_starts_at_once_behind_a_batch_backlog(
         wait_for(lambda: running_batch(e2e_settings) >= shares.batch_max)
         urgent = client.submit({**request, "max_tokens": 4}, tier="small")
         assert urgent.result(timeout=120).text
+        # It went straight into a reserved slot: no wait for a batch job to end (each
+        # takes seconds here), only the hop from the queue to the worker.
+        urgent_wait = job_row(e2e_settings.database_url, urgent.job_id).queue_wait_ms
+        assert urgent_wait is not None and urgent_wait < 1000
         waiting = [h for h in backlog if client.status(h.job_id) is JobStatus.QUEUED]
         assert waiting, "the interactive job waited for the whole backlog"
     finally:

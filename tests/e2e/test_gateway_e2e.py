@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import openai
@@ -61,6 +63,26 @@ def test_sdk_streaming(sdk: openai.OpenAI, model: str) -> None:
     assert text
     assert finish in {"stop", "length"}
     assert usage is not None and usage.completion_tokens > 0
+
+
+def test_prompts_and_outputs_stay_out_of_the_worker_and_gateway_logs(
+    sdk: openai.OpenAI, worker_log: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)  # the gateway runs in this process
+    secret = "card 4111-2222-3333-9876 expires 09/31"
+    reply = sdk.chat.completions.create(
+        model="small",
+        messages=[{"role": "user", "content": f"Repeat after me: {secret}"}],
+        max_tokens=24,
+        temperature=0.0,
+    )
+    answer = reply.choices[0].message.content or ""
+    worker_output = worker_log.read_text(errors="replace")
+    assert "Task llmq.generate" in worker_output  # the worker's log is being written
+    for text in (secret, "4111-2222", answer.strip()):
+        if len(text) >= 8:
+            assert text not in worker_output
+            assert text not in caplog.text
 
 
 def test_sdk_errors_are_typed(sdk: openai.OpenAI) -> None:

@@ -234,6 +234,20 @@ def test_a_job_past_its_deadline_is_stopped_and_says_why(integration_settings: S
     assert row.error is not None and "deadline" in row.error
 
 
+def wait_until_down(url: str, timeout_s: float = 10.0) -> None:
+    probe = redis.Redis.from_url(url, socket_connect_timeout=0.2, socket_timeout=0.2)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            probe.ping()
+        except redis.ConnectionError:
+            return
+        finally:
+            probe.close()
+        time.sleep(0.01)
+    raise AssertionError("Redis did not go down")
+
+
 def test_a_publisher_rewrites_a_log_that_a_redis_restart_lost(tmp_path: Path) -> None:
     server = RedisServer(tmp_path)
     server.start()
@@ -244,7 +258,7 @@ def test_a_publisher_rewrites_a_log_that_a_redis_restart_lost(tmp_path: Path) ->
         publisher.token("b")
         restart = threading.Thread(target=server.restart, kwargs={"down_s": 1.0})
         restart.start()
-        time.sleep(0.3)
+        wait_until_down(server.url)
         publisher.token("c")  # Redis is down now; this waits for it
         restart.join()
         raw_log = client.lrange(event_log_key("job1"), 0, -1)
