@@ -8,6 +8,7 @@ writes a job's stream as a worker would.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 import time
@@ -23,9 +24,12 @@ from schemas.errors import LlmqError
 from schemas.events import AnyEvent, FinalEvent, Timings, TokenEvent, Usage
 from schemas.queues import Priority, Tier, queue_name
 from schemas.settings import Settings
+from tests.integration.test_runner import ScriptedEngine, runtime_for
 from workers.app import make_app
-from workers.bench.sentinel_lab import SentinelLab, sentinel_lab
+from workers.bench.sentinel_lab import SentinelLab, failover_phase, sentinel_lab
 from workers.publisher import StreamPublisher
+from workers.runner import run_job
+from workers.runtime import WorkerRuntime
 from workers.transport import TolerantSentinelTransport
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
@@ -140,3 +144,60 @@ def test_producers_readers_and_workers_follow_a_promoted_replica(
         assert message is not None
         assert message.headers["id"] == before[0]  # the oldest message comes first
     app.close()
+
+
+class ScriptedWorker(threading.Thread):
+    """Takes job messages off the queue through the sentinels and runs them on a
+    scripted engine, as a worker would (no Celery, no vLLM)."""
+
+    def __init__(self, runtime: WorkerRuntime) -> None:
+        super().__init__(daemon=True)
+        self.runtime = runtime
+        self.stopping = threading.Event()
+        self.ran: list[str] = []
+        self.start()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                popped = self.runtime.redis.brpop([QUEUE], timeout=1)
+            except redis.RedisError:
+                time.sleep(0.2)  # the master is being replaced
+                continue
+            if popped:
+                job_id = json.loads(popped[1])["headers"]["id"]
+                run_job(self.runtime, job_id)
+                self.ran.append(job_id)
+
+
+@dataclasses.dataclass
+class FailoverBench:
+    settings: Settings
+    sentinels: SentinelLab
+
+
+def test_the_failover_round_loses_no_acknowledged_job(
+    lab: SentinelLab, integration_settings: Settings
+) -> None:
+    settings = integration_settings.model_copy(update={"broker_url": lab.url})
+    engine = ScriptedEngine(["Once ", "upon ", "a ", "time."], delay_s=0.05)
+    runtime = dataclasses.replace(
+        runtime_for(integration_settings, engine), settings=settings, redis=redis_client(lab.url)
+    )
+    worker = ScriptedWorker(runtime)
+    try:
+        with Client(settings) as client:
+            report = failover_phase(
+                FailoverBench(settings, lab), client, jobs=8, max_tokens=8, job_timeout_s=30
+            )
+    finally:
+        worker.stopping.set()
+        worker.join(timeout=5)
+    figures = report.figures()
+    assert figures["failovers"] == 1
+    assert report.acknowledged + report.refused == 8
+    assert report.acknowledged >= 4  # at least the jobs submitted before the kill
+    assert figures["failover_jobs_lost"] == 0
+    assert figures["failover_duplicate_results"] == 0
+    assert figures["failover_stream_gaps"] == 0
+    assert sorted(worker.ran) == sorted(report.job_ids)
