@@ -54,6 +54,11 @@ class TierConfig(BaseModel):
     allow_step_down: bool = Field(
         default=False, description="auto routing may send this tier's work one tier down"
     )
+    tokenizer: Path | None = Field(
+        default=None,
+        description="tokenizer.json (or its folder) for the length check at submit; "
+        "None: the model folder's, else a conservative estimate",
+    )
     max_queue_depth: dict[Priority, int] = Field(
         default_factory=lambda: {Priority.INTERACTIVE: 1_000, Priority.BATCH: 100_000},
         description="submit fails with QueueFull beyond this many waiting jobs",
@@ -84,6 +89,22 @@ class Settings(BaseSettings):
     router_dir: Path | None = Field(default=None, description="None: <model_cache_dir>/router")
     router_large_threshold: float = Field(default=0.35, gt=0, le=1)
     router_min_confidence: float = Field(default=0.5, ge=0, le=1)
+    max_body_bytes: int = Field(
+        default=1024 * 1024, ge=1024, description="the gateway refuses larger bodies (413)"
+    )
+    max_messages: int = Field(default=256, ge=1, description="messages per request, at most")
+    max_message_chars: int = Field(
+        default=100_000, ge=1, description="characters per message, at most"
+    )
+    key_max_active_jobs: int = Field(
+        default=256, ge=1, description="queued plus running jobs one API key may have"
+    )
+    key_max_open_streams: int = Field(
+        default=64, ge=1, description="streams one API key may hold open at the gateway"
+    )
+    auth_failures_per_min: int = Field(
+        default=20, ge=1, description="failed authentications per client address and minute"
+    )
     log_level: str = "INFO"
 
     @field_validator("tiers", mode="after")

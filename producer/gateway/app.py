@@ -28,8 +28,10 @@ from producer.gateway.errors import (
     http_error_for,
     rate_limited,
 )
+from producer.gateway.fairness import KeyFairness, ReleasingStreamingResponse
+from producer.gateway.guard import FrontDoor
 from producer.gateway.metrics import GatewayMetrics
-from producer.gateway.ratelimit import over_limit
+from producer.gateway.ratelimit import auth_blocked, over_limit, record_auth_failure
 from producer.gateway.sse import sse_events
 from producer.jobs import load_job
 from producer.keys import KeyIdentity, authenticate
@@ -53,6 +55,14 @@ class Gateway:
         self.metrics = GatewayMetrics()
         self._client: AsyncClient | None = None
         self._keys: dict[str, tuple[KeyIdentity, float]] = {}
+        self.fairness = KeyFairness(
+            sessions=lambda: self.client.sync.sessions,
+            redis=lambda: self.client.redis,
+            max_active_jobs=settings.key_max_active_jobs,
+            max_open_streams=settings.key_max_open_streams,
+            # The longest a stream can last, plus a margin: a dead gateway's leases lapse.
+            stream_lease_s=RESULT_TIMEOUT_S + 60,
+        )
 
     @property
     def client(self) -> AsyncClient:
@@ -69,14 +79,35 @@ class Gateway:
         await self._client.aclose()
 
     async def identify(self, request: Request) -> KeyIdentity | None:
-        """The caller's key (None when keys are off); enforces its rate limit."""
+        """The caller's key, as the front door checked it (None when keys are off)."""
         if not self.require_keys:
             return None
-        scheme, _, secret = request.headers.get("authorization", "").partition(" ")
+        identity: KeyIdentity | None = getattr(request.state, "identity", None)
+        if identity is None:  # only if a /v1 route escaped the front door
+            raise GatewayError("missing API key: send Authorization: Bearer <key>", UNAUTHORIZED)
+        return identity
+
+    async def authorize(self, authorization: str, address: str) -> KeyIdentity:
+        """The key behind an Authorization header; enforces the login and rate limits.
+
+        Raises ``GatewayError``: 429 for an address with too many recent failed logins
+        (checked before the key, so guessing keys costs) or a key over its rate, 401 for
+        a missing or invalid key.
+        """
+        limit = self.settings.auth_failures_per_min
+        blocked = await auth_blocked(self.client.redis, address, limit)
+        if blocked is not None:
+            raise GatewayError(
+                f"too many failed authentications from this address (limit {limit}/min)",
+                rate_limited(blocked),
+            )
+        scheme, _, secret = authorization.partition(" ")
         if scheme.lower() != "bearer" or not secret.strip():
+            await record_auth_failure(self.client.redis, address)
             raise GatewayError("missing API key: send Authorization: Bearer <key>", UNAUTHORIZED)
         identity = await self._authenticate(secret.strip())
         if identity is None:
+            await record_auth_failure(self.client.redis, address)
             raise GatewayError("invalid API key", UNAUTHORIZED)
         wait = await over_limit(self.client.redis, identity.id, identity.rate_limit_per_min)
         if wait is not None:
@@ -143,12 +174,27 @@ class Gateway:
             raise GatewayError(
                 f"unknown model {body.model!r}; use one of {', '.join(MODELS)}", MODEL_NOT_FOUND
             )
+        body.check_bounds(
+            max_messages=self.settings.max_messages,
+            max_message_chars=self.settings.max_message_chars,
+        )
         resume = resume_point(request.headers.get("last-event-id"))
-        if resume is not None:
-            row = await self.owned_job(resume[0], identity)
-            handle = AsyncJobHandle(self.client, row.id, Tier(row.tier), Priority(row.priority))
-        else:
-            handle = await self._submit(body, request, identity)
+        release = None
+        if body.stream and identity is not None:
+            release = await self.fairness.open_stream(identity.id)
+        try:
+            if resume is not None:
+                row = await self.owned_job(resume[0], identity)
+                handle = AsyncJobHandle(self.client, row.id, Tier(row.tier), Priority(row.priority))
+            elif identity is not None:
+                async with self.fairness.submitting(identity.id):
+                    handle = await self._submit(body, request, identity)
+            else:
+                handle = await self._submit(body, request, identity)
+        except BaseException:
+            if release is not None:
+                await release()
+            raise
         if body.stream:
             events = sse_events(
                 handle,
@@ -159,6 +205,10 @@ class Gateway:
                 started=started,
                 timeout=RESULT_TIMEOUT_S,
             )
+            if release is not None:
+                return ReleasingStreamingResponse(
+                    events, release=release, media_type="text/event-stream"
+                )
             return StreamingResponse(events, media_type="text/event-stream")
         result = await handle.result(timeout=RESULT_TIMEOUT_S)
         self.metrics.requests.labels(body.model, "200").inc()
@@ -193,6 +243,12 @@ def create_app(settings: Settings, *, require_keys: bool = True) -> FastAPI:
     """The ASGI app. With ``require_keys`` (default) every /v1 call needs a Bearer key."""
     gateway = Gateway(settings, require_keys=require_keys)
     app = FastAPI(title="llmq gateway", lifespan=gateway.lifespan)
+    app.add_middleware(
+        FrontDoor,
+        authorize=gateway.authorize if require_keys else None,
+        max_body_bytes=settings.max_body_bytes,
+        on_error=error_response,
+    )
     app.add_exception_handler(LlmqError, _llmq_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
     app.add_api_route("/healthz", gateway.healthz, methods=["GET"])

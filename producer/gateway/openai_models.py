@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schemas.errors import InvalidRequest
 from schemas.events import Timings, Usage
 
 
@@ -34,6 +35,20 @@ class ChatCompletionRequest(BaseModel):
     priority: Literal["interactive", "batch"] | None = None
     system_prompt: str | None = None
     metadata: dict[str, Any] | None = None
+
+    def check_bounds(self, *, max_messages: int, max_message_chars: int) -> None:
+        """Raise ``InvalidRequest`` for too many messages or a message too long."""
+        if len(self.messages) > max_messages:
+            raise InvalidRequest(
+                f"too many messages: {len(self.messages)}, at most {max_messages} are accepted"
+            )
+        for index, message in enumerate(self.messages):
+            content = _message(message)["content"]
+            if isinstance(content, str) and len(content) > max_message_chars:
+                raise InvalidRequest(
+                    f"messages.{index}.content is {len(content)} characters long, "
+                    f"at most {max_message_chars} are accepted"
+                )
 
     def to_llmq(self) -> dict[str, Any]:
         """The equivalent llmq request (validated later by ``GenerationRequest``)."""

@@ -1,0 +1,101 @@
+"""The gateway's front door, a pure ASGI middleware run before any route.
+
+In this order, for every HTTP request: an address that failed authentication too
+often is refused (429), a ``/v1`` call without a valid key is refused (401) and a key
+over its request rate is refused (429), all from the headers alone; then the body is
+read, at most ``max_body_bytes`` of it (413 beyond). Only then does FastAPI parse
+anything, so an unauthenticated or oversized body costs neither parsing nor memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from producer.gateway.errors import BAD_REQUEST, GatewayError, HttpError
+from producer.keys import KeyIdentity
+from schemas.errors import LlmqError
+
+TOO_LARGE = HttpError(413, "invalid_request_error", "request_too_large")
+
+Authorize = Callable[[str, str], Awaitable[KeyIdentity | None]]
+"""(Authorization header, client address) -> the caller's key; raises GatewayError."""
+
+
+class FrontDoor:
+    """Authenticates ``/v1`` calls from their headers, then bounds the body."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        authorize: Authorize | None,
+        max_body_bytes: int,
+        on_error: Callable[[LlmqError], Response],
+    ) -> None:
+        self.app = app
+        self.authorize = authorize
+        self.max_body_bytes = max_body_bytes
+        self.on_error = on_error
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        try:
+            path: str = scope["path"]
+            if self.authorize is not None and (path == "/v1" or path.startswith("/v1/")):
+                headers = _headers(scope)
+                client = scope.get("client")
+                address = client[0] if client else "unknown"
+                identity = await self.authorize(headers.get("authorization", ""), address)
+                scope.setdefault("state", {})["identity"] = identity
+            receive = await self._bounded_body(scope, receive)
+        except LlmqError as exc:
+            # The body is left unread: the server closes or drains the connection.
+            await self.on_error(exc)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    async def _bounded_body(self, scope: Scope, receive: Receive) -> Receive:
+        """Read the body up to the cap; a ``receive`` that replays it to the app."""
+        limit = self.max_body_bytes
+        declared = _headers(scope).get("content-length")
+        if declared is not None:
+            if not declared.strip().isdigit():
+                raise GatewayError(f"malformed Content-Length {declared!r}", BAD_REQUEST)
+            if int(declared) > limit:
+                raise GatewayError(
+                    f"request body of {int(declared)} bytes exceeds the limit of {limit} bytes",
+                    TOO_LARGE,
+                )
+        messages: list[Message] = []
+        size = 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                break  # the client went away; the app hears it from the replay
+            size += len(message.get("body", b""))
+            if size > limit:
+                # Stop here: nothing beyond the cap is read into memory.
+                raise GatewayError(f"request body exceeds the limit of {limit} bytes", TOO_LARGE)
+            if not message.get("more_body", False):
+                break
+        replay = iter(messages)
+
+        async def replaying() -> Message:
+            for message in replay:
+                return message
+            return await receive()
+
+        return replaying
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {
+        name.decode("latin-1").lower(): value.decode("latin-1")
+        for name, value in scope.get("headers", [])
+    }

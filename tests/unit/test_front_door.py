@@ -1,0 +1,129 @@
+"""The gateway's front door at the ASGI level: what it reads before it refuses."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from starlette.responses import JSONResponse, Response
+from starlette.types import Message, Receive, Scope, Send
+
+from producer.gateway.errors import UNAUTHORIZED, GatewayError, http_error_for
+from producer.gateway.guard import FrontDoor
+from producer.keys import KeyIdentity
+from schemas.errors import LlmqError
+
+KEY = KeyIdentity("k1", "test", 600)
+
+
+async def authorize(authorization: str, _address: str) -> KeyIdentity:
+    if authorization != "Bearer good":
+        raise GatewayError("invalid API key", UNAUTHORIZED)
+    return KEY
+
+
+def on_error(exc: LlmqError) -> Response:
+    http = http_error_for(exc)
+    return JSONResponse({"error": {"message": str(exc), "code": http.code}}, http.status)
+
+
+class App:
+    """Records what reached it: the identity and the whole body."""
+
+    def __init__(self) -> None:
+        self.body: bytes | None = None
+        self.identity: Any = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.identity = scope.get("state", {}).get("identity")
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        self.body = body
+        await JSONResponse({"ok": True})(scope, receive, send)
+
+
+def call(
+    door: FrontDoor, headers: dict[str, str], chunks: list[bytes], path: str = "/v1/chat"
+) -> tuple[int, dict[str, Any], int]:
+    """Status, JSON body and how many body chunks the door read."""
+    scope: Scope = {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "client": ("10.0.0.1", 1234),
+    }
+    read = 0
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        nonlocal read
+        if read >= len(chunks):
+            return {"type": "http.disconnect"}
+        read += 1
+        return {"type": "http.request", "body": chunks[read - 1], "more_body": read < len(chunks)}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    asyncio.run(door(scope, receive, send))
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return status, json.loads(body), read
+
+
+def door(app: App, max_body_bytes: int = 1000) -> FrontDoor:
+    return FrontDoor(app, authorize=authorize, max_body_bytes=max_body_bytes, on_error=on_error)
+
+
+def test_no_key_is_refused_before_a_byte_of_the_body_is_read() -> None:
+    app = App()
+    status, body, read = call(door(app), {"content-length": "99999999"}, [b"{not json" * 1000] * 50)
+    assert (status, body["error"]["code"], read) == (401, "invalid_api_key", 0)
+    assert app.body is None
+
+
+def test_a_declared_length_over_the_cap_is_413_unread() -> None:
+    app = App()
+    status, body, read = call(
+        door(app), {"authorization": "Bearer good", "content-length": "1001"}, [b"x" * 1001]
+    )
+    assert (status, body["error"]["code"], read) == (413, "request_too_large", 0)
+    assert "limit of 1000 bytes" in body["error"]["message"]
+    assert app.body is None
+
+
+def test_a_streamed_body_over_the_cap_stops_being_read_at_the_cap() -> None:
+    app = App()
+    chunks = [b"x" * 400] * 10  # no Content-Length: chunked
+    status, body, read = call(door(app), {"authorization": "Bearer good"}, chunks)
+    assert (status, body["error"]["code"]) == (413, "request_too_large")
+    assert read == 3  # 1,200 bytes > 1,000: the remaining 2,800 are never read
+    assert app.body is None
+
+
+def test_a_body_within_the_cap_reaches_the_app_whole_with_the_identity() -> None:
+    app = App()
+    chunks = [b'{"a":', b" 1}"]
+    status, body, _ = call(door(app), {"authorization": "Bearer good"}, chunks)
+    assert (status, body) == (200, {"ok": True})
+    assert app.body == b'{"a": 1}'
+    assert app.identity == KEY
+
+
+def test_paths_outside_v1_need_no_key_but_are_bounded() -> None:
+    app = App()
+    assert call(door(app), {}, [b"{}"], path="/healthz")[0] == 200
+    assert call(door(app), {}, [b"x" * 2000], path="/healthz")[0] == 413
+
+
+def test_a_malformed_content_length_is_a_400() -> None:
+    status, body, _ = call(
+        door(App()), {"authorization": "Bearer good", "content-length": "12abc"}, [b"{}"]
+    )
+    assert (status, body["error"]["code"]) == (400, "invalid_request")
