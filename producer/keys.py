@@ -6,15 +6,19 @@ import hashlib
 import secrets
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from schemas.boundary import database_boundary
-from schemas.tables import ApiKey, utcnow
+from schemas.errors import KeyNotFound
+from schemas.tables import ApiKey, as_utc, utcnow
 
 KEY_PREFIX = "llmq-"
 DEFAULT_RATE_LIMIT_PER_MIN = 600
+KEY_CACHE_S = 10.0
+"""How long a gateway trusts a key it has checked; a revoked key is refused after it."""
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,17 @@ class KeyIdentity:
     id: str
     name: str
     rate_limit_per_min: int
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    """What may be shown about a key: never its secret, nor its hash."""
+
+    id: str
+    name: str
+    rate_limit_per_min: int
+    created_at: datetime
+    revoked_at: datetime | None
 
 
 def hash_secret(secret: str) -> str:
@@ -60,3 +75,36 @@ def authenticate(sessions: sessionmaker[Session], secret: str) -> KeyIdentity | 
     if key is None or key.revoked_at is not None:
         return None
     return KeyIdentity(key.id, key.name, key.rate_limit_per_min)
+
+
+def list_keys(sessions: sessionmaker[Session]) -> list[KeyInfo]:
+    """Every key, oldest first, revoked ones included; raises ``DatabaseUnavailable``."""
+    with database_boundary("list the API keys"), sessions() as session:
+        keys = session.scalars(select(ApiKey).order_by(ApiKey.created_at, ApiKey.id)).all()
+        return [_info(key) for key in keys]
+
+
+def revoke_key(sessions: sessionmaker[Session], key_id: str) -> tuple[KeyInfo, bool]:
+    """Revoke a key; return it and whether this call revoked it (False: it already was).
+
+    A gateway refuses it as soon as its key cache forgets the key (within
+    ``KEY_CACHE_S``, 10 s by default). Raises ``KeyNotFound`` or ``DatabaseUnavailable``.
+    """
+    with database_boundary("revoke the API key"), sessions.begin() as session:
+        key = session.get(ApiKey, key_id)
+        if key is None:
+            raise KeyNotFound(f"no API key with id {key_id!r} (see: llmq keys list)")
+        newly = key.revoked_at is None
+        if newly:
+            key.revoked_at = utcnow()
+        return _info(key), newly
+
+
+def _info(key: ApiKey) -> KeyInfo:
+    return KeyInfo(
+        id=key.id,
+        name=key.name,
+        rate_limit_per_min=key.rate_limit_per_min,
+        created_at=as_utc(key.created_at),
+        revoked_at=None if key.revoked_at is None else as_utc(key.revoked_at),
+    )

@@ -48,6 +48,10 @@ class JobNotFound(LlmqError):
     """No job with that id exists."""
 
 
+class KeyNotFound(LlmqError):
+    """No gateway API key with that id exists."""
+
+
 class JobFailed(LlmqError):
     """The job ended with an error; the message says why."""
 

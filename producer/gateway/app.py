@@ -34,7 +34,7 @@ from producer.gateway.metrics import GatewayMetrics
 from producer.gateway.ratelimit import auth_blocked, over_limit, record_auth_failure
 from producer.gateway.sse import sse_events
 from producer.jobs import load_job
-from producer.keys import KeyIdentity, authenticate
+from producer.keys import KEY_CACHE_S, KeyIdentity, authenticate, hash_secret
 from producer.queue_metrics import QueueCollector
 from schemas.errors import LlmqError
 from schemas.queues import Priority, Tier
@@ -43,17 +43,20 @@ from schemas.tables import Job
 
 MODELS = ["auto", *[tier.value for tier in Tier]]
 RESULT_TIMEOUT_S = 600.0
-KEY_CACHE_S = 10.0
 
 
 class Gateway:
     """Route handlers sharing one llmq client, the auth policy and the metrics."""
 
-    def __init__(self, settings: Settings, *, require_keys: bool) -> None:
+    def __init__(
+        self, settings: Settings, *, require_keys: bool, key_cache_s: float = KEY_CACHE_S
+    ) -> None:
         self.settings = settings
         self.require_keys = require_keys
+        self.key_cache_s = key_cache_s
         self.metrics = GatewayMetrics()
         self._client: AsyncClient | None = None
+        # By the key's hash, never the secret: a memory dump must not yield live keys.
         self._keys: dict[str, tuple[KeyIdentity, float]] = {}
         self.fairness = KeyFairness(
             sessions=lambda: self.client.sync.sessions,
@@ -120,12 +123,14 @@ class Gateway:
     async def _authenticate(self, secret: str) -> KeyIdentity | None:
         # Known keys are remembered briefly: a database round trip per call would be
         # most of what the gateway adds to a first token. Revocation lands within the TTL.
-        cached = self._keys.get(secret)
-        if cached is not None and time.monotonic() - cached[1] < KEY_CACHE_S:
+        digest = hash_secret(secret)
+        cached = self._keys.get(digest)
+        if cached is not None and time.monotonic() - cached[1] < self.key_cache_s:
             return cached[0]
+        self._keys.pop(digest, None)
         identity = await asyncio.to_thread(authenticate, self.client.sync.sessions, secret)
         if identity is not None:
-            self._keys[secret] = (identity, time.monotonic())
+            self._keys[digest] = (identity, time.monotonic())
         return identity
 
     async def owned_job(self, job_id: str, identity: KeyIdentity | None) -> Job:
@@ -239,9 +244,15 @@ class Gateway:
         )
 
 
-def create_app(settings: Settings, *, require_keys: bool = True) -> FastAPI:
-    """The ASGI app. With ``require_keys`` (default) every /v1 call needs a Bearer key."""
-    gateway = Gateway(settings, require_keys=require_keys)
+def create_app(
+    settings: Settings, *, require_keys: bool = True, key_cache_s: float = KEY_CACHE_S
+) -> FastAPI:
+    """The ASGI app. With ``require_keys`` (default) every /v1 call needs a Bearer key.
+
+    A checked key is trusted for ``key_cache_s`` seconds: a revoked key is refused
+    within that time.
+    """
+    gateway = Gateway(settings, require_keys=require_keys, key_cache_s=key_cache_s)
     app = FastAPI(title="llmq gateway", lifespan=gateway.lifespan)
     app.add_middleware(
         FrontDoor,
@@ -291,7 +302,9 @@ def resume_point(last_event_id: str | None) -> tuple[str, int] | None:
     if not last_event_id:
         return None
     job_id, _, seq = last_event_id.strip().rpartition(".")
-    if not job_id or not seq.isdigit():
+    # ASCII digits only (str.isdigit() also takes "²", which int() refuses), and few
+    # enough that the next sequence number stays a 64-bit integer for Redis.
+    if not job_id or not (seq.isascii() and seq.isdigit() and len(seq) <= 18):
         raise GatewayError(f"malformed Last-Event-ID {last_event_id!r}", BAD_REQUEST)
     return job_id, int(seq)
 
