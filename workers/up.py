@@ -13,6 +13,7 @@ from urllib.parse import urlparse
 
 import redis
 
+from schemas.boundary import redact_url
 from schemas.broker import redis_client
 from schemas.errors import BrokerUnavailable, EngineError
 from schemas.queues import Tier
@@ -61,14 +62,14 @@ def say(message: str) -> None:
 def local_redis(url: str) -> Iterator[None]:
     """Use Redis at ``url``; if none answers on a local address, run one until exit."""
     if _redis_answers(url):
-        say(f"using Redis at {url}")
+        say(f"using Redis at {redact_url(url)}")
         yield
         return
     parsed = urlparse(url)
     binary = shutil.which("redis-server")
     if parsed.hostname not in LOCAL_HOSTS or binary is None:
         raise BrokerUnavailable(
-            f"Redis is not reachable at {url}, and "
+            f"Redis is not reachable at {redact_url(url)}, and "
             + ("it is not a local address" if binary else "no redis-server binary is installed")
             + "; start Redis or set LLMQ_BROKER_URL"
         )

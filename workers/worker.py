@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import redis
 
+from schemas.boundary import broker_error, redact_url
 from schemas.broker import redis_client
 from schemas.db import make_engine, make_sessions
-from schemas.errors import BrokerUnavailable
 from schemas.prompt_registry import PromptCatalog
 from schemas.queues import GENERATE_TASK, Priority, Tier, job_message, queue_name, tier_queues
 from schemas.settings import Settings
@@ -202,4 +202,4 @@ def _require_redis(client: redis.Redis, url: str) -> None:
     try:
         client.ping()
     except redis.RedisError as exc:
-        raise BrokerUnavailable(f"cannot reach Redis at {url}: {exc}") from exc
+        raise broker_error(exc, doing=f"reach Redis at {redact_url(url)}") from exc
