@@ -17,6 +17,9 @@ from schemas.queues import Priority
 from schemas.requests import GenerationRequest, RoutingDecision
 from schemas.tables import Job, utcnow
 
+JOB_ID_MAX_CHARS = 32
+"""The width of the id column."""
+
 
 def new_job_id() -> str:
     """A random, unguessable job id (128 bits)."""
@@ -134,8 +137,22 @@ def cancel_if_queued(sessions: sessionmaker[Session], job_id: str) -> bool:
         return session.execute(cancel).first() is not None
 
 
+def could_be_job_id(job_id: str) -> bool:
+    """Whether ``job_id`` fits the id column: at most 32 characters, no NUL, valid Unicode."""
+    if not job_id or len(job_id) > JOB_ID_MAX_CHARS or "\x00" in job_id:
+        return False
+    try:
+        job_id.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def load_job(sessions: sessionmaker[Session], job_id: str) -> Job:
     """The job row; raises ``JobNotFound`` or ``DatabaseUnavailable``."""
+    if not could_be_job_id(job_id):
+        # The database would refuse to compare it (NUL, a lone surrogate): no such job.
+        raise JobNotFound(f"no job with id {job_id!r}")
     with database_boundary(f"read job {job_id}"), sessions() as session:
         job = session.get(Job, job_id)
     if job is None:

@@ -6,6 +6,7 @@ entry point and can never collide with a request field.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -16,6 +17,27 @@ MAX_TOKENS_CEILING = 32_768
 """No tier serves more; the per-tier context check at submit is stricter."""
 
 MetadataValue = str | int | float | bool | None
+
+
+def valid_unicode(value: str) -> str:
+    """``value`` if it encodes as UTF-8; a lone surrogate (which JSON's ``\\ud800``
+    escape produces) can be neither hashed, stored nor tokenized, so it is refused."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"text must be valid Unicode: a lone surrogate at position {exc.start}"
+        ) from None
+    return value
+
+
+def database_text(value: str | None) -> str | None:
+    """``value`` if a database text column can hold it: valid Unicode and no NUL."""
+    if value is None:
+        return None
+    if "\x00" in value:
+        raise ValueError("text must not contain NUL characters")
+    return valid_unicode(value)
 
 
 class ChatMessage(BaseModel):
@@ -31,7 +53,7 @@ class ChatMessage(BaseModel):
     def _not_blank(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("message content must not be empty")
-        return value
+        return valid_unicode(value)
 
 
 class GenerationRequest(BaseModel):
@@ -49,9 +71,33 @@ class GenerationRequest(BaseModel):
     temperature: float = Field(default=0.7, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     stop: list[str] = Field(default_factory=list, max_length=8)
-    seed: int | None = None
+    seed: int | None = Field(
+        default=None, ge=-(2**63), le=2**64 - 1, description="what a 64-bit generator takes"
+    )
     conversation_id: str | None = Field(default=None, max_length=200)
     metadata: dict[str, MetadataValue] = Field(default_factory=dict, max_length=64)
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_is_unicode(cls, value: list[str]) -> list[str]:
+        return [valid_unicode(text) for text in value]
+
+    @field_validator("conversation_id")
+    @classmethod
+    def _conversation_is_unicode(cls, value: str | None) -> str | None:
+        return None if value is None else valid_unicode(value)
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_is_storable(cls, value: dict[str, MetadataValue]) -> dict[str, MetadataValue]:
+        for key, item in value.items():
+            valid_unicode(key)
+            if isinstance(item, str):
+                valid_unicode(item)
+            elif isinstance(item, float) and not math.isfinite(item):
+                # JSON has no NaN or infinity: the database would refuse the row.
+                raise ValueError(f"metadata {key!r} must be a finite number, not {item}")
+        return value
 
     @model_validator(mode="after")
     def _has_user_turn(self) -> GenerationRequest:
@@ -82,6 +128,12 @@ class EnqueueOptions(BaseModel):
     deadline_s: float | None = Field(
         default=None, gt=0, le=7 * 24 * 3600, description="abort the job this long after submit"
     )
+
+    @field_validator("idempotency_key", "owner")
+    @classmethod
+    def _storable(cls, value: str | None) -> str | None:
+        # Both are database columns; PostgreSQL text cannot hold NUL.
+        return database_text(value)
 
 
 class RoutingDecision(BaseModel):
