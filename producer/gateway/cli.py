@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from schemas.errors import ConfigError
 
 if TYPE_CHECKING:
     from producer.keys import KeyInfo
@@ -130,39 +134,128 @@ def _revoke_key(args: argparse.Namespace) -> int:
     return 0
 
 
+BASIC_AUTH_ENV = "LLMQ_FLOWER_BASIC_AUTH"
+
+
 def register_flower(commands: Any) -> None:
-    """Add ``llmq flower [--port P]``."""
-    flower = commands.add_parser("flower", help="run Flower on the llmq broker and queues")
+    """Add ``llmq flower [--address A] [--port P] [--basic-auth-file PATH]``."""
+    flower = commands.add_parser(
+        "flower",
+        help="run Flower on the llmq broker and queues",
+        description=(
+            "Flower on the llmq broker. Off the loopback address it needs credentials:"
+            f" {BASIC_AUTH_ENV}=user:password in the environment, or --basic-auth-file."
+        ),
+    )
     flower.add_argument("--port", type=int, default=5555)
     flower.add_argument("--address", default="127.0.0.1")
     flower.add_argument(
-        "--basic-auth", default=None, help="user:password for the UI and API (recommended)"
+        "--basic-auth-file",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help=f"a file holding user:password (else {BASIC_AUTH_ENV} is read)",
     )
+    # Refused with a message: an argument shows in `ps` to every user of the host.
+    flower.add_argument("--basic-auth", default=None, help=argparse.SUPPRESS)
     flower.set_defaults(handler=_flower)
 
 
 def _flower(args: argparse.Namespace) -> int:
     from schemas.settings import Settings
 
-    broker = Settings.from_env().broker_url
-    command = flower_command(broker, port=args.port, address=args.address)
-    if args.basic_auth:
-        command.append(f"--basic-auth={args.basic_auth}")
-    else:
-        # Without credentials Flower refuses its HTTP API; on the default loopback
-        # address that is safe to open, anywhere else pass --basic-auth.
-        os.environ.setdefault("FLOWER_UNAUTHENTICATED_API", "true")
-    os.execvp(command[0], command)
+    if args.basic_auth is not None:
+        raise ConfigError(
+            "--basic-auth is no longer accepted: process arguments are visible to every"
+            f" user of the host; set {BASIC_AUTH_ENV}=user:password or pass --basic-auth-file"
+        )
+    credentials = flower_basic_auth(os.environ, file=args.basic_auth_file)
+    command, env = flower_launch(
+        Settings.from_env().broker_url,
+        port=args.port,
+        address=args.address,
+        basic_auth=credentials,
+        env=os.environ,
+    )
+    os.execvpe(command[0], command, env)
     return 0  # pragma: no cover - exec does not return
 
 
-def flower_command(broker_url: str, *, port: int, address: str) -> list[str]:
-    """The ``celery flower`` command line; the broker tab lists the queues workers consume."""
+def flower_basic_auth(env: Mapping[str, str], *, file: Path | None = None) -> str | None:
+    """Flower's credentials, ``user:password[,user2:password2]``, or None if none are set.
+
+    From ``file`` when given, else ``LLMQ_FLOWER_BASIC_AUTH`` (or Flower's own
+    ``FLOWER_BASIC_AUTH``). Raises ``ConfigError`` for an unreadable file or a value that
+    is not ``user:password`` pairs; the message never repeats the value.
+    """
+    if file is not None:
+        try:
+            value = file.read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read the Flower credentials file {file}") from exc
+        where = f"the credentials file {file}"
+    else:
+        value = (env.get(BASIC_AUTH_ENV) or env.get("FLOWER_BASIC_AUTH") or "").strip()
+        where = BASIC_AUTH_ENV
+        if not value:
+            return None
+    for pair in value.split(","):
+        user, sep, password = pair.partition(":")
+        if not (sep and user.strip() and password):
+            raise ConfigError(f"{where} must hold user:password (several joined by commas)")
+    return value
+
+
+def flower_launch(
+    broker_url: str,
+    *,
+    port: int,
+    address: str,
+    basic_auth: str | None,
+    env: Mapping[str, str],
+) -> tuple[list[str], dict[str, str]]:
+    """The ``celery flower`` command and its environment.
+
+    The broker URL and the credentials travel in the environment, never in the
+    arguments (anyone on the host can read those in ``ps``). Off a loopback address,
+    Flower without credentials (or a Flower auth provider) is refused with
+    ``ConfigError``: it would show every job and let anyone shut workers down.
+    """
+    child = dict(env)
+    child["CELERY_BROKER_URL"] = broker_url
+    if basic_auth is not None:
+        child["FLOWER_BASIC_AUTH"] = basic_auth
+        child.pop("FLOWER_UNAUTHENTICATED_API", None)
+    elif child.get("FLOWER_AUTH_PROVIDER"):
+        pass  # Flower's own OAuth provider guards it
+    elif is_loopback(address):
+        # Without credentials Flower refuses its HTTP API; on loopback that is safe to open.
+        child.setdefault("FLOWER_UNAUTHENTICATED_API", "true")
+    else:
+        raise ConfigError(
+            f"refusing to serve Flower on {address} without authentication: set"
+            f" {BASIC_AUTH_ENV}=user:password or pass --basic-auth-file PATH"
+            " (or keep --address 127.0.0.1)"
+        )
+    return flower_command(port=port, address=address), child
+
+
+def is_loopback(address: str) -> bool:
+    """Whether ``address`` is reachable only from this host."""
+    if address.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost may resolve anywhere
+
+
+def flower_command(*, port: int, address: str) -> list[str]:
+    """The ``celery flower`` command line; the broker comes from ``CELERY_BROKER_URL``."""
     return [
         sys.executable,
         "-m",
         "celery",
-        f"--broker={broker_url}",
         "flower",
         f"--port={port}",
         f"--address={address}",

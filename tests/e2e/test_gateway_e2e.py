@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from producer.gateway.cli import flower_command
+from producer.gateway.cli import flower_launch
 from schemas.settings import Settings
 from tests.gateway_server import free_port, running_gateway
 from tests.integration.test_gateway import new_key
@@ -94,8 +94,9 @@ def test_sdk_errors_are_typed(sdk: openai.OpenAI) -> None:
 
 def test_flower_lists_the_worker_and_its_queues(e2e_settings: Settings, worker: str) -> None:
     port = free_port()
-    command = flower_command(e2e_settings.broker_url, port=port, address="127.0.0.1")
-    env = {**os.environ, "FLOWER_UNAUTHENTICATED_API": "true"}
+    command, env = flower_launch(
+        e2e_settings.broker_url, port=port, address="127.0.0.1", basic_auth=None, env=os.environ
+    )
     flower = subprocess.Popen(
         command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )

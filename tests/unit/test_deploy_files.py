@@ -21,6 +21,14 @@ def test_compose_has_the_documented_services() -> None:
     assert services["migrate"]["command"] == ["db", "upgrade"]
 
 
+def test_flower_in_compose_has_no_default_password() -> None:
+    flower = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["flower"]
+    assert not any("basic-auth" in part or ":-" in part for part in flower["command"])
+    # ${VAR:?message}: compose refuses to start until the operator sets credentials.
+    assert flower["environment"]["LLMQ_FLOWER_BASIC_AUTH"].startswith("${LLMQ_FLOWER_BASIC_AUTH:?")
+    assert flower["environment"]["LLMQ_BROKER_URL"]  # the shared llmq settings still apply
+
+
 def test_every_worker_is_pinned_to_exactly_one_gpu() -> None:
     services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
     workers = {name: s for name, s in services.items() if name.startswith("worker-")}
