@@ -101,8 +101,9 @@ def worker_key(worker_id: str) -> str:
     return f"{WORKER_KEY_PREFIX}{worker_id}"
 
 
-HOLDERS_KEY = "llmq:holders"
-"""Set of the worker ids that hold (or held) job messages not yet acknowledged."""
+KNOWN_WORKERS_KEY = "llmq:workers"
+"""Set of every worker id that announced itself or took a message, until a reaper has
+recovered what it left behind; the registry hash of a dead worker expires, this stays."""
 
 
 def held_key(worker_id: str) -> str:

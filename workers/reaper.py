@@ -26,6 +26,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import redis
 from sqlalchemy import func, select, update
@@ -33,7 +34,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from schemas.jobs import EXPIRED_MESSAGE, JobStatus
-from schemas.queues import HOLDERS_KEY, Priority, Tier, worker_key
+from schemas.queues import KNOWN_WORKERS_KEY, Priority, Tier, worker_key
 from schemas.tables import Job, utcnow
 from workers.background import BackgroundLoop
 from workers.publisher import StreamPublisher
@@ -46,7 +47,15 @@ REAP_INTERVAL_S = 1.0
 MISSING_GRACE_S = 2.0
 KEPT_KEY = "llmq:queues-kept:{tier}"
 
+# A queued job older than this with no message anywhere lost it: the periodic sweep
+# sends it again (a worker's death triggers the sweep at once).
+LOST_MESSAGE_AGE_S = 10.0
+SWEEP_INTERVAL_S = 60.0
+SWEEP_LOCK_KEY = "llmq:lock:lost-message-sweep"
+
 SendJob = Callable[[str, Tier, Priority], None]
+FindMessages = Callable[[], set[str]]
+"""Ids of the jobs whose message is on a queue or held by a worker."""
 RestoreHeld = Callable[[str], int]
 """Puts a dead worker's unacknowledged messages back on their queues; returns how many."""
 
@@ -76,7 +85,9 @@ class Reaper:
     max_attempts: int
     replay_ttl_s: int
     restore_held: RestoreHeld = _restore_nothing
+    messages_in_broker: FindMessages | None = None
     grace_s: float = MISSING_GRACE_S
+    sweep_interval_s: float = SWEEP_INTERVAL_S
     _missing_since: dict[str, float] = field(default_factory=dict)
 
     def run_once(self) -> int:
@@ -86,11 +97,10 @@ class Reaper:
 
     def _recover_dead_workers(self) -> int:
         rows = running_rows(self.sessions)
-        holders = {_text(member) for member in self.redis.smembers(HOLDERS_KEY)}
-        suspects = holders | {row.worker_id for row in rows}
-        dead = self._dead_workers(suspects, now=time.monotonic())
+        known = {_text(member) for member in self.redis.smembers(KNOWN_WORKERS_KEY)}
+        dead = self._dead_workers(known | {row.worker_id for row in rows}, now=time.monotonic())
         recovered = 0
-        for worker_id in sorted(dead & holders):
+        for worker_id in sorted(dead & known):
             restored = self.restore_held(worker_id)
             if restored:
                 log.warning("worker %s died holding %d message(s); requeued", worker_id, restored)
@@ -98,7 +108,33 @@ class Reaper:
         for row in rows:
             if row.worker_id in dead:
                 recovered += self._recover(row)
+        # A worker can die between popping a message and recording it; nothing but a
+        # look at every queued job finds that message's job again.
+        recovered += self._resend_lost_messages(now_due=bool(dead))
+        if dead:
+            self.redis.srem(KNOWN_WORKERS_KEY, *sorted(dead))
         return recovered
+
+    def _resend_lost_messages(self, *, now_due: bool) -> int:
+        """Send again every queued job that has no message on a queue or with a worker.
+
+        Runs when a worker died and, by one reaper at a time, every ``sweep_interval_s``.
+        A job whose message turns up after all runs once anyway (the claim).
+        """
+        if self.messages_in_broker is None:
+            return 0
+        periodic = self.redis.set(SWEEP_LOCK_KEY, "1", nx=True, ex=int(self.sweep_interval_s))
+        if not (now_due or periodic):
+            return 0
+        queued = queued_rows_before(self.sessions, age_s=1.0 if now_due else LOST_MESSAGE_AGE_S)
+        if not queued:
+            return 0
+        present = self.messages_in_broker()
+        lost = [job for job in queued if job[0] not in present]
+        for job_id, tier, priority in lost:
+            log.warning("job %s had no message left anywhere; sending it again", job_id)
+            self.send(job_id, tier, priority)
+        return len(lost)
 
     def _expire_overdue(self) -> None:
         for job_id in expire_overdue_jobs(self.sessions):
@@ -214,6 +250,18 @@ def queued_rows(sessions: sessionmaker[Session], tier: Tier) -> list[tuple[str, 
     )
     with sessions() as session:
         return [(row.id, Priority(row.priority)) for row in session.execute(query)]
+
+
+def queued_rows_before(
+    sessions: sessionmaker[Session], *, age_s: float
+) -> list[tuple[str, Tier, Priority]]:
+    """Every queued job, of any tier, created at least ``age_s`` seconds ago."""
+    cutoff = utcnow() - timedelta(seconds=age_s)
+    query = select(Job.id, Job.tier, Job.priority).where(
+        Job.status == JobStatus.QUEUED.value, Job.created_at <= cutoff
+    )
+    with sessions() as session:
+        return [(row.id, Tier(row.tier), Priority(row.priority)) for row in session.execute(query)]
 
 
 def release_job(

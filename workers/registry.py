@@ -11,7 +11,7 @@ from typing import Any
 
 import redis
 
-from schemas.queues import Tier, worker_key
+from schemas.queues import KNOWN_WORKERS_KEY, Tier, worker_key
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +54,13 @@ class WorkerRegistration:
         self._stats = stats
 
     def announce(self) -> None:
-        """Publish the entry (cold) and start the heartbeat."""
+        """Publish the entry (cold) and start the heartbeat.
+
+        The id also joins the known workers, so that if this worker dies, a reaper
+        notices and recovers even a message it popped but never recorded.
+        """
         self._write()
+        self._redis.sadd(KNOWN_WORKERS_KEY, self._fields["worker_id"])
         self._thread.start()
 
     def mark_warm(self) -> None:

@@ -21,6 +21,7 @@ for the visibility timeout; with the record, the reaper puts it back within seco
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
 from typing import Any
@@ -30,7 +31,7 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from kombu.utils.json import dumps
 
-from schemas.queues import HOLDERS_KEY, held_key
+from schemas.queues import KNOWN_WORKERS_KEY, all_queues, held_key
 from workers.envelope import envelope_problem, is_job_queue
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ class TolerantQoS(kombu_redis.QoS):
             pipe.zadd(self.unacked_index_key, {delivery_tag: time.time()})
             pipe.hset(self.unacked_key, delivery_tag, entry)
             pipe.hset(held_key(holder), delivery_tag, "1")
-            pipe.sadd(HOLDERS_KEY, holder)
+            pipe.sadd(KNOWN_WORKERS_KEY, holder)
             pipe.execute()
         virtual.QoS.append(self, message, delivery_tag)  # type: ignore[no-untyped-call]
 
@@ -166,7 +167,7 @@ def restore_held(channel: Any, worker_id: str) -> int:
         qos.restore_by_tag(tag, client=client)
     pipe = client.pipeline()
     pipe.delete(held_key(worker_id))
-    pipe.srem(HOLDERS_KEY, worker_id)
+    pipe.srem(KNOWN_WORKERS_KEY, worker_id)
     pipe.execute()
     return restored
 
@@ -199,3 +200,37 @@ def transport_path(broker_url: str) -> str:
     from schemas.broker import is_sentinel_url
 
     return SENTINEL_TRANSPORT_PATH if is_sentinel_url(broker_url) else TRANSPORT_PATH
+
+
+def job_ids_in_broker(client: redis.Redis) -> set[str]:
+    """Ids of every job with a message on a queue or taken and not yet acknowledged.
+
+    A queued job missing from this set has no message anywhere (its worker died
+    between popping the message and recording it, or a failover lost it).
+    """
+    pipe = client.pipeline(transaction=False)
+    for queue in all_queues():
+        pipe.lrange(queue, 0, -1)
+    pipe.hvals(UNACKED_KEY)
+    *queued, unacked = pipe.execute()
+    messages = [_loads(raw) for entries in queued for raw in entries]
+    messages += [entry[0] for entry in map(_loads, unacked) if isinstance(entry, list) and entry]
+    return {_task_id(message) for message in messages} - {""}
+
+
+# kombu's default key for messages taken and not yet acknowledged.
+UNACKED_KEY = "unacked"
+
+
+def _loads(raw: bytes | str) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def _task_id(message: Any) -> str:
+    """The Celery task id of a kombu message, which llmq sets to the job id."""
+    headers = message.get("headers") if isinstance(message, dict) else None
+    task_id = headers.get("id") if isinstance(headers, dict) else None
+    return task_id if isinstance(task_id, str) else ""

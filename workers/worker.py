@@ -28,7 +28,7 @@ from workers.reaper import Reaper, ReaperThread
 from workers.registry import WorkerRegistration
 from workers.running import CancelListener
 from workers.runtime import WorkerRuntime
-from workers.transport import restore_held
+from workers.transport import job_ids_in_broker, restore_held
 from workers.warmup import KeepWarm, warm_job_path, warm_up
 
 log = logging.getLogger(__name__)
@@ -148,6 +148,7 @@ def _start_helpers(runtime: WorkerRuntime, app: LlmqCelery) -> list[BackgroundLo
         redis=runtime.redis,
         send=send,
         restore_held=restore,
+        messages_in_broker=lambda: job_ids_in_broker(runtime.redis),
         max_attempts=runtime.settings.max_attempts,
         replay_ttl_s=runtime.settings.replay_ttl_s,
     )

@@ -19,14 +19,14 @@ from producer.client import Client
 from schemas.errors import JobFailed
 from schemas.events import ErrorEvent, FinalEvent
 from schemas.jobs import JobStatus
-from schemas.queues import HOLDERS_KEY, Priority, Tier, held_key, queue_name
+from schemas.queues import KNOWN_WORKERS_KEY, Priority, Tier, held_key, queue_name
 from schemas.settings import Settings
 from tests.conftest import job_row
 from tests.integration.test_recovery import REQUEST, SentJobs, die_mid_stream, reaper_for
 from tests.integration.test_runner import ScriptedEngine, runtime_for
 from workers.app import make_app
 from workers.runner import run_job
-from workers.transport import restore_held
+from workers.transport import job_ids_in_broker, restore_held
 
 pytestmark = pytest.mark.integration
 
@@ -63,7 +63,7 @@ def test_a_message_taken_and_acknowledged_leaves_no_record(
         message = channel.basic_get(QUEUE, no_ack=False)
         assert message is not None
         assert client.redis.hlen(held_key("small-1@alive")) == 1
-        assert client.redis.sismember(HOLDERS_KEY, "small-1@alive")
+        assert client.redis.sismember(KNOWN_WORKERS_KEY, "small-1@alive")
         message.ack()
         assert client.redis.hlen(held_key("small-1@alive")) == 0
         assert queued_task_ids(client) == []
@@ -88,7 +88,7 @@ def test_a_dead_workers_unclaimed_message_is_requeued_at_once(
         assert recovered == 1
         assert queued_task_ids(client) == [handle.job_id]
         assert not client.redis.exists(held_key("small-2@gone"))
-        assert not client.redis.sismember(HOLDERS_KEY, "small-2@gone")
+        assert not client.redis.sismember(KNOWN_WORKERS_KEY, "small-2@gone")
         assert client.redis.hlen("unacked") == 0
 
 
@@ -165,3 +165,28 @@ def test_a_tier_without_workers_still_has_its_running_jobs_recovered(
         reaper.run_once()
         assert client.status(handle.job_id) is JobStatus.QUEUED
     assert (handle.job_id, Tier.LARGE, Priority.INTERACTIVE) in send.sent
+
+
+def test_a_message_popped_but_never_recorded_is_found_and_sent_again(
+    integration_settings: Settings,
+) -> None:
+    send = SentJobs()
+    reaper = reaper_for(integration_settings, send)
+    reaper.run_once()  # the first look at an empty Redis re-sends queued jobs: none yet
+    with Client(integration_settings) as client:
+        reaper.messages_in_broker = lambda: job_ids_in_broker(client.redis)
+        lost = client.submit(REQUEST)
+        on_queue = client.submit(REQUEST)
+        held = client.submit(REQUEST, priority="batch")
+        # A worker popped the first message and died before kombu recorded it...
+        client.redis.rpop(QUEUE)
+        # ...while another worker holds the batch job's message, unacknowledged.
+        with worker_channel(integration_settings, "small-7@alive") as holder:
+            assert holder.basic_get(queue_name(Tier.SMALL, Priority.BATCH), no_ack=False)
+            client.redis.hset("llmq:worker:small-7@alive", "tier", '"small"')
+            assert job_ids_in_broker(client.redis) == {on_queue.job_id, held.job_id}
+            client.redis.sadd(KNOWN_WORKERS_KEY, "small-6@gone")  # it had announced itself
+            time.sleep(1.1)  # only jobs older than a second are looked at
+            assert reaper.run_once() == 1
+    assert send.sent == [(lost.job_id, Tier.SMALL, Priority.INTERACTIVE)]
+    assert not client.redis.sismember(KNOWN_WORKERS_KEY, "small-6@gone")
