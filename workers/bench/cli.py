@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from schemas.queues import Tier
@@ -77,10 +78,13 @@ def _add_priority(kinds: Any) -> None:
 
 def _add_faults(kinds: Any) -> None:
     faults = kinds.add_parser(
-        "faults", help="kill workers, restart Redis, poison and fuzz: count losses"
+        "faults", help="kill workers, restart and fail over Redis, poison and fuzz: count losses"
     )
-    faults.add_argument("--kills", type=int, default=20, help="workers killed mid-generation")
+    faults.add_argument("--kills", type=int, default=20, help="workers killed holding work")
     faults.add_argument("--restart-jobs", type=int, default=20, help="jobs around a Redis crash")
+    faults.add_argument(
+        "--failover-jobs", type=int, default=12, help="jobs around a Sentinel failover (0: skip)"
+    )
     faults.add_argument("--reconnects", type=int, default=100, help="finished-stream re-reads")
     faults.add_argument("--fuzz-cases", type=int, default=1000, help="bad inputs of each kind")
     faults.add_argument("--max-tokens", type=int, default=96, help="per killed job")
@@ -89,6 +93,7 @@ def _add_faults(kinds: Any) -> None:
         "--database-url",
         help="job database of the lab (default: LLMQ_DATABASE_URL, else a fresh SQLite file)",
     )
+    faults.add_argument("--logs", type=Path, help="keep the lab workers' logs in this folder")
     faults.add_argument("--json", action="store_true", help="print only the JSON result")
     faults.set_defaults(handler=_faults)
 
@@ -164,21 +169,22 @@ def _priority(args: argparse.Namespace) -> int:
 
 def _faults(args: argparse.Namespace) -> int:
     from schemas.settings import Settings
-    from workers.bench.faults import run_faults
+    from workers.bench.faults import FaultPlan, run_faults
 
     settings = Settings.from_env()
     if args.database_url:
         settings = settings.model_copy(update={"database_url": args.database_url})
-    result = run_faults(
-        settings,
+    plan = FaultPlan(
         kills=args.kills,
         restart_jobs=args.restart_jobs,
+        failover_jobs=args.failover_jobs,
         reconnects=args.reconnects,
         fuzz_cases=args.fuzz_cases,
         max_tokens=args.max_tokens,
         seed=args.seed,
+        logs_dir=args.logs,
     )
-    return _emit(result, args.json)
+    return _emit(run_faults(settings, plan), args.json)
 
 
 def _classifier(args: argparse.Namespace) -> int:

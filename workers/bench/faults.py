@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import random
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -36,10 +37,12 @@ from schemas.jobs import JobStatus
 from schemas.queues import Priority, Tier, event_log_key, held_key, queue_name
 from schemas.settings import Settings
 from schemas.tables import Job
+from workers.bench.doors import fuzz_doors
 from workers.bench.fuzz import find_request_crashes, push_raw_payloads
 from workers.bench.fuzz import fuzz_cases as draw_fuzz_cases
 from workers.bench.harness import percentile
 from workers.bench.redis_server import RedisServer
+from workers.bench.sentinel_lab import SentinelLab, failover_phase, sentinel_lab
 from workers.supervise import kill_group, start_worker_process, stop_process, wait_until_warm
 from workers.worker import worker_pid
 
@@ -56,7 +59,7 @@ class Lab:
     """A private Redis, a job database and the worker processes serving one tier."""
 
     settings: Settings
-    redis_server: RedisServer
+    redis_server: RedisServer | None
     scratch: Path
     max_attempts: int
     concurrency: int
@@ -106,21 +109,31 @@ class Lab:
 
 @contextlib.contextmanager
 def fault_lab(
-    settings: Settings, *, workers: int = 2, concurrency: int = 4, max_attempts: int = 2
+    settings: Settings,
+    *,
+    workers: int = 2,
+    concurrency: int = 4,
+    max_attempts: int = 2,
+    sentinels: SentinelLab | None = None,
+    logs_dir: Path | None = None,
 ) -> Iterator[Lab]:
-    """Start a private Redis and ``workers`` warm workers; tear everything down after."""
+    """Start a private Redis (or use ``sentinels``) and ``workers`` warm workers.
+
+    Everything is torn down after; with ``logs_dir``, the workers' logs are kept there.
+    """
     import migrations
 
     with tempfile.TemporaryDirectory(prefix="llmq-faults-") as scratch:
         folder = Path(scratch)
-        server = RedisServer(folder)
-        server.start()
+        server = None if sentinels is not None else RedisServer(folder)
+        if server is not None:
+            server.start()
         database_url = settings.database_url
         if database_url == Settings.model_fields["database_url"].default:
             database_url = f"sqlite:///{folder / 'faults.db'}"
         lab_settings = settings.model_copy(
             update={
-                "broker_url": server.url,
+                "broker_url": server.url if server is not None else _sentinel_url(sentinels),
                 "database_url": database_url,
                 "max_attempts": max_attempts,
             }
@@ -135,7 +148,21 @@ def fault_lab(
         finally:
             for process in list(lab.processes.values()):
                 stop_process(process, grace_s=20)
-            server.stop()
+            if server is not None:
+                server.stop()
+            if logs_dir is not None:
+                _keep_logs(folder, logs_dir)
+
+
+def _sentinel_url(sentinels: SentinelLab | None) -> str:
+    assert sentinels is not None
+    return sentinels.url
+
+
+def _keep_logs(scratch: Path, logs_dir: Path) -> None:
+    logs_dir.mkdir(parents=True, exist_ok=True)
+    for log_file in scratch.glob("worker-*.log"):
+        shutil.copy(log_file, logs_dir / f"{scratch.name}-{log_file.name}")
 
 
 def long_request(index: int, max_tokens: int) -> dict[str, Any]:
@@ -410,6 +437,7 @@ def redis_restart(
     """
     report = RestartReport()
     handles = []
+    assert lab.redis_server is not None, "a sentinel lab is failed over, not restarted"
     crash = threading.Thread(target=lab.redis_server.restart, kwargs={"down_s": down_s})
     for index in range(jobs):
         if index == jobs // 2:
@@ -518,29 +546,50 @@ def _wait_until_empty(client: Client, queue: str, *, timeout_s: float) -> bool:
     return True
 
 
-def run_faults(
-    settings: Settings,
-    *,
-    kills: int,
-    restart_jobs: int,
-    reconnects: int,
-    fuzz_cases: int,
-    max_tokens: int,
-    seed: int,
-) -> dict[str, Any]:
-    """The kill, Redis restart, poison, reconnect and fuzz loops in one lab; every count."""
-    with fault_lab(settings) as lab, Client(lab.settings) as client:
-        started = time.monotonic()
-        fuzzed = fuzz_inputs(lab, client, cases=fuzz_cases, seed=seed)
+@dataclass(frozen=True)
+class FaultPlan:
+    """How much of each fault ``llmq bench faults`` injects."""
+
+    kills: int = 20
+    restart_jobs: int = 20
+    failover_jobs: int = 12
+    reconnects: int = 100
+    fuzz_cases: int = 1000
+    max_tokens: int = 96
+    seed: int = 7
+    logs_dir: Path | None = None
+
+
+def run_faults(settings: Settings, plan: FaultPlan) -> dict[str, Any]:
+    """Every round (doors, kills, Redis restart, poison, failover); every count."""
+    started = time.monotonic()
+    result = fuzz_doors(settings, cases=plan.fuzz_cases, seed=plan.seed)
+    result |= _worker_rounds(settings, plan)
+    result |= _failover_round(settings, plan)
+    result["crashes"] += result["submit_crashes"]
+    result["seconds"] = round(time.monotonic() - started, 1)
+    return result
+
+
+def _worker_rounds(settings: Settings, plan: FaultPlan) -> dict[str, Any]:
+    """The kill, Redis restart, poison, reconnect and queue-fuzz rounds in one lab."""
+    with fault_lab(settings, logs_dir=plan.logs_dir) as lab, Client(lab.settings) as client:
+        fuzzed = fuzz_inputs(lab, client, cases=plan.fuzz_cases, seed=plan.seed)
         log.info("fuzzing: %s", fuzzed)
-        killed = kill_loop(lab, client, kills=kills, max_tokens=max_tokens, seed=seed)
+        killed = kill_loop(
+            lab, client, kills=plan.kills, max_tokens=plan.max_tokens, seed=plan.seed
+        )
         log.info("kill loop: %s", killed)
         # Before the Redis crash, which takes the finished jobs' replay logs with it.
-        gaps, dups = finished_reconnects(client, killed.job_ids, times=reconnects, seed=seed)
-        restarted = redis_restart(lab, client, jobs=restart_jobs, max_tokens=max_tokens // 2)
+        gaps, dups = finished_reconnects(
+            client, killed.job_ids, times=plan.reconnects, seed=plan.seed
+        )
+        restarted = redis_restart(
+            lab, client, jobs=plan.restart_jobs, max_tokens=plan.max_tokens // 2
+        )
         log.info("Redis restart: %s", restarted)
         try:
-            dead_lettered = poison_job(lab, client, max_tokens=max_tokens)
+            dead_lettered = poison_job(lab, client, max_tokens=plan.max_tokens)
         except Stalled as exc:
             log.error("poison job: %s", exc)
             killed.stalled_jobs += 1
@@ -562,15 +611,40 @@ def run_faults(
             "recovery_s_p50": _rounded_percentile(killed.recovery_s, 50),
             "recovery_s_max": round(max(killed.recovery_s), 2) if killed.recovery_s else None,
             "live_reconnects": killed.reconnects,
-            "finished_reconnects": reconnects,
+            "finished_reconnects": plan.reconnects,
             "redis_restarts": restarted.restarts,
             "restart_acknowledged": restarted.acknowledged,
             "restart_refused": restarted.refused,
             "poison_dead_lettered": dead_lettered,
             "crashes": crashed_workers + fuzzed.request_crashes + fuzzed.worker_crashes,
             "database": make_url(lab.settings.database_url).get_backend_name(),
-            "seconds": round(time.monotonic() - started, 1),
         }
+
+
+def _failover_round(settings: Settings, plan: FaultPlan) -> dict[str, Any]:
+    """Kill the Redis master of a Sentinel group under load; one worker follows it."""
+    if plan.failover_jobs <= 0:
+        return {}
+    with (
+        sentinel_lab() as sentinels,
+        fault_lab(settings, workers=1, sentinels=sentinels, logs_dir=plan.logs_dir) as lab,
+        Client(lab.settings) as client,
+    ):
+        report = failover_phase(
+            FailoverView(lab.settings, sentinels),
+            client,
+            jobs=plan.failover_jobs,
+            max_tokens=plan.max_tokens // 2,
+        )
+    return report.figures()
+
+
+@dataclass
+class FailoverView:
+    """A fault lab on a Sentinel group, as :func:`failover_phase` wants it."""
+
+    settings: Settings
+    sentinels: SentinelLab
 
 
 def _rounded_percentile(values: list[float], q: float) -> float | None:
