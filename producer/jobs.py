@@ -12,12 +12,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from schemas.boundary import DATABASE_ERRORS, database_boundary, database_error
 from schemas.errors import IdempotencyConflict, JobNotFound
 from schemas.events import ErrorEvent, FinalEvent, Timings, Usage
-from schemas.jobs import CANCELLED_MESSAGE, JobStatus
+from schemas.jobs import CANCELLED_MESSAGE, JobStatus, could_be_job_id
 from schemas.queues import Priority
 from schemas.requests import GenerationRequest, RoutingDecision
 from schemas.tables import Job, utcnow
 
-JOB_ID_MAX_CHARS = 32
 """The width of the id column."""
 
 
@@ -135,17 +134,6 @@ def cancel_if_queued(sessions: sessionmaker[Session], job_id: str) -> bool:
     )
     with database_boundary(f"cancel job {job_id}"), sessions.begin() as session:
         return session.execute(cancel).first() is not None
-
-
-def could_be_job_id(job_id: str) -> bool:
-    """Whether ``job_id`` fits the id column: at most 32 characters, no NUL, valid Unicode."""
-    if not job_id or len(job_id) > JOB_ID_MAX_CHARS or "\x00" in job_id:
-        return False
-    try:
-        job_id.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def load_job(sessions: sessionmaker[Session], job_id: str) -> Job:

@@ -31,6 +31,24 @@ class JobStatus(StrEnum):
         return self not in (JobStatus.QUEUED, JobStatus.RUNNING)
 
 
+JOB_ID_MAX_CHARS = 32
+
+
+def could_be_job_id(job_id: object) -> bool:
+    """Whether ``job_id`` fits the id column: a string of at most 32 characters, no NUL,
+    valid Unicode. Anything else names no job, and a database would refuse to compare it.
+    """
+    if not isinstance(job_id, str) or not job_id or len(job_id) > JOB_ID_MAX_CHARS:
+        return False
+    if "\x00" in job_id:
+        return False
+    try:
+        job_id.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 CANCELLED_MESSAGE = "cancelled by its client"
 """The error a cancelled job ends with, wherever it was when the cancel came."""
 

@@ -8,6 +8,7 @@ from typing import Any
 from celery import Celery, Task
 
 from schemas.errors import DatabaseUnavailable
+from schemas.jobs import could_be_job_id
 from schemas.queues import GENERATE_TASK, celery_config, kombu_queues
 from schemas.settings import Settings
 from workers.runner import run_job
@@ -50,7 +51,7 @@ def make_app(settings: Settings, *, worker_id: str | None = None) -> LlmqCelery:
 
 def generate_task(task: Task, job_id: Any = None, *_extra: Any, **_extra_kw: Any) -> None:
     """Decode the message and run the job. Malformed messages are logged and dropped."""
-    if not isinstance(job_id, str) or not job_id:
+    if not could_be_job_id(job_id):
         log.error("dropping malformed %s message: job id %r", GENERATE_TASK, job_id)
         return
     runtime = task.app.runtime

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
@@ -23,6 +24,12 @@ from schemas.queues import Priority, Tier, parse_queue_name, queue_name, tier_qu
 from schemas.settings import TierConfig
 
 log = logging.getLogger(__name__)
+
+# A counted message that Celery neither runs nor holds this long after it was received
+# was dropped on the way (a reject for an unreadable ETA, say): its slot is freed, or a
+# few such messages would stop the worker from reading its queues at all.
+STALE_AFTER_S = 10.0
+PRUNE_INTERVAL_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,7 @@ class SlotGate:
         self._lock = threading.Lock()
         self._running = {priority: 0 for priority in Priority}
         self._jobs: dict[str, list[Priority]] = {}
+        self._received_at: dict[str, float] = {}
         self._paused: set[Priority] = set()
         self._switch: Switch | None = None
 
@@ -149,6 +157,7 @@ class SlotGate:
             # A job's id is its task id, and a duplicate message of a job (a re-send)
             # may be in flight beside it: each message holds a slot until it ends.
             self._jobs.setdefault(task_id, []).append(priority)
+            self._received_at[task_id] = time.monotonic()
             self._running[priority] += 1
         self.rebalance()
 
@@ -161,9 +170,27 @@ class SlotGate:
             priority = held.pop()
             if not held:
                 del self._jobs[task_id]
+                self._received_at.pop(task_id, None)
             self._running[priority] -= 1
         if self._switch is not None:
             self._switch.soon(self.rebalance)
+
+    def prune(self, known: Callable[[str], bool], *, now: float | None = None) -> int:
+        """Free the slots of messages Celery no longer knows (``known`` says which it
+        does) that were received over ``STALE_AFTER_S`` ago; return how many."""
+        now = time.monotonic() if now is None else now
+        freed = 0
+        with self._lock:
+            for task_id, received_at in list(self._received_at.items()):
+                if now - received_at < STALE_AFTER_S or known(task_id):
+                    continue
+                for priority in self._jobs.pop(task_id, []):
+                    self._running[priority] -= 1
+                    freed += 1
+                del self._received_at[task_id]
+        if freed:
+            log.warning("freed %d slot(s) of messages that never ran", freed)
+        return freed
 
     def rebalance(self) -> None:
         """Pause and resume queues to match the shares; consumer thread only."""
@@ -195,14 +222,24 @@ def install_gate(app: Any, gate: SlotGate) -> None:
     """Make ``app``'s worker consult ``gate``: a consumer step plus two task signals."""
     from celery import bootsteps
     from celery.signals import task_postrun, task_received
+    from celery.worker import state as worker_state
 
     class GateStep(bootsteps.StartStopStep):  # type: ignore[misc]
         requires: ClassVar[set[str]] = {"celery.worker.consumer.tasks:Tasks"}
 
         def start(self, consumer: Any) -> None:
             # Also after a reconnect: the consumer then reads every queue again.
-            gate.attach(QueueSwitch(consumer, tier_queues(gate.tier)))
+            switch = QueueSwitch(consumer, tier_queues(gate.tier))
+            gate.attach(switch)
             gate.rebalance()
+
+            def prune_then_rebalance() -> None:
+                if gate.prune(lambda task_id: task_id in worker_state.requests):
+                    gate.rebalance()
+
+            consumer.timer.call_repeatedly(
+                PRUNE_INTERVAL_S, lambda: switch.soon(prune_then_rebalance)
+            )
 
     def on_received(request: Any = None, **_: Any) -> None:
         if request is not None:

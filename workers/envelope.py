@@ -12,20 +12,65 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from schemas.jobs import could_be_job_id
 from schemas.queues import GENERATE_TASK, parse_queue_name
 
 
 class _Headers(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    """The headers Celery acts on, with the types its worker can act on.
+
+    A header of the wrong type does not fail where Celery reads the message: it fails
+    when the task is handed to the pool, and the message then holds a prefetch slot
+    for ever; a few of those and the worker reads nothing more.
+    """
+
+    model_config = ConfigDict(extra="allow", strict=True)
 
     task: Literal["llmq.generate"]
     id: str = Field(min_length=1, max_length=200)
     eta: str | None = None  # set on a retry's message (the database was away)
     expires: str | None = None
+    lang: str | None = None
+    shadow: str | None = None
+    group: str | None = None
+    group_index: int | None = None
+    retries: int = Field(default=0, ge=0)
+    timelimit: tuple[float | None, float | None] | None = None
+    root_id: str | None = None
+    parent_id: str | None = None
+    argsrepr: str | None = None
+    kwargsrepr: str | None = None
+    origin: str | None = None
+    ignore_result: bool | None = None
+    replaced_task_nesting: int = Field(default=0, ge=0)
+    stamped_headers: list[str] | None = None
+    stamps: dict[str, Any] | None = None
+
+    @field_validator("timelimit", mode="before")
+    @classmethod
+    def _json_pair(cls, value: Any) -> Any:
+        # JSON has no tuples: a pair arrives as a list.
+        return tuple(value) if isinstance(value, list) else value
+
+    @field_validator("eta", "expires")
+    @classmethod
+    def _iso_time(cls, value: str | None) -> str | None:
+        if value is not None:
+            moment = datetime.fromisoformat(value)
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=UTC)
+            if moment > datetime.now(UTC) + MAX_SCHEDULE_AHEAD:
+                raise ValueError("job messages are never scheduled that far ahead")
+        return value
+
+
+# llmq schedules a message only to retry a claim a few seconds later.
+MAX_SCHEDULE_AHEAD = timedelta(minutes=5)
 
 
 class _Properties(BaseModel):
@@ -84,6 +129,9 @@ def _body_problem(body: Any) -> str | None:
     args, kwargs, embed = body
     if not isinstance(args, list) or not isinstance(kwargs, dict) or kwargs:
         return f"{GENERATE_TASK} takes one positional job id"
+    if len(args) != 1 or not could_be_job_id(args[0]):
+        # The claim would fail on it, and a database error is retried without end.
+        return "its job id is not one any job can have"
     try:
         _Embed.model_validate(embed)
     except ValidationError:

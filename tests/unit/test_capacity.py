@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
 
 from schemas.queues import Priority, Tier
 from schemas.settings import TierConfig
-from workers.capacity import SlotGate, SlotShares, slot_shares
+from workers.capacity import STALE_AFTER_S, SlotGate, SlotShares, slot_shares
 
 INTER, BATCH = Priority.INTERACTIVE, Priority.BATCH
 
@@ -73,3 +74,21 @@ def test_the_gate_pauses_batch_when_full_and_resumes_it_when_a_slot_frees() -> N
     gate.finished("b0")
     assert switch.calls[-1] == ("resume", "llm.small.batch")
     assert gate.running() == {INTER: 1, BATCH: 2}
+
+
+def test_messages_celery_dropped_after_counting_free_their_slots() -> None:
+    gate = SlotGate(Tier.SMALL, SlotShares(4, 1, 1), batch_waiting=lambda: False)
+    switch = RecordingSwitch()
+    gate.attach(switch)
+    for index in range(4):  # received, then rejected by Celery before they could run
+        gate.received(f"dropped{index}", "llm.small.interactive")
+    gate.received("runs", "llm.small.interactive")
+    assert ("pause", "llm.small.interactive") in switch.calls
+    later = time.monotonic() + STALE_AFTER_S + 1
+    assert gate.prune(lambda task_id: False, now=time.monotonic()) == 0  # too fresh
+    assert gate.prune(lambda task_id: task_id == "runs", now=later) == 4
+    gate.rebalance()
+    assert switch.calls[-1] == ("resume", "llm.small.interactive")
+    assert gate.running() == {INTER: 1, BATCH: 0}
+    gate.finished("runs")
+    assert gate.running() == {INTER: 0, BATCH: 0}

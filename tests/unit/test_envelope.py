@@ -52,3 +52,31 @@ def test_a_thousand_random_queue_entries_get_an_answer_not_an_exception() -> Non
             continue  # the channel drops what is not JSON before this check
         refused += envelope_problem(message) is not None
     assert refused > 500
+
+
+def test_job_ids_no_job_can_have_are_refused_before_the_claim() -> None:
+    # A database refuses to compare such ids; the claim's error would be retried forever.
+    for job_id in ("\x00", "", "x" * 33, "\ud800", 7, None):
+        message = task_message([job_id], message_id=JOB_ID)
+        assert envelope_problem(message) == "its job id is not one any job can have"
+    assert envelope_problem(task_message([JOB_ID, "extra"], message_id=JOB_ID)) is not None
+
+
+def test_headers_celery_acts_on_must_have_types_it_can_act_on() -> None:
+    # Each of these reached the pool and failed there, holding a prefetch slot for ever.
+    for name, value in (
+        ("timelimit", [1, 2, 3]),
+        ("timelimit", "soon"),
+        ("retries", "x"),
+        ("retries", -1),
+        ("eta", "not a date"),
+        ("eta", "2999-01-01T00:00:00"),
+        ("expires", [1]),
+        ("ignore_result", "yes"),
+    ):
+        message = task_message([JOB_ID], message_id=JOB_ID)
+        message["headers"][name] = value
+        assert envelope_problem(message) is not None, (name, value)
+    fine = task_message([JOB_ID], message_id=JOB_ID)
+    fine["headers"] |= {"timelimit": [None, 5.5], "retries": 2, "eta": None}
+    assert envelope_problem(fine) is None

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from producer.gateway.app import resume_point
 from producer.gateway.errors import GatewayError
-from producer.jobs import could_be_job_id
+from schemas.jobs import could_be_job_id
 from schemas.requests import EnqueueOptions, GenerationRequest
 from workers.bench.http_fuzz import http_cases, submit_cases
 

@@ -519,7 +519,8 @@ def fuzz_inputs(lab: Lab, client: Client, *, cases: int, seed: int) -> FuzzRepor
     """``cases`` bad requests into the producer and ``cases`` raw entries onto a queue.
 
     A producer crash is any exception but a clear ``LlmqError``; a worker crash is a
-    worker that died, stopped draining its queue, or cannot serve a good job after.
+    worker that died, stopped draining its queue, or takes no good job after: a burst
+    that fills every slot must reach every worker (a wedged one leaves it to others).
     """
     drawn = draw_fuzz_cases(cases, seed)
     report = FuzzReport(cases=len(drawn.requests) + len(drawn.queue_payloads))
@@ -529,12 +530,26 @@ def fuzz_inputs(lab: Lab, client: Client, *, cases: int, seed: int) -> FuzzRepor
     push_raw_payloads(client.redis, queue, drawn.queue_payloads)
     drained = _wait_until_empty(client, queue, timeout_s=120.0)
     report.worker_crashes = alive_before - lab.alive() + (0 if drained else 1)
-    try:
-        client.submit(long_request(0, 4), tier=TIER).result(timeout=JOB_TIMEOUT_S)
-    except LlmqError as exc:
-        log.error("a good job failed after the fuzzing: %s", exc)
-        report.worker_crashes += 1
+    report.worker_crashes += _workers_not_serving(lab, client)
     return report
+
+
+def _workers_not_serving(lab: Lab, client: Client) -> int:
+    """How many live workers take none of a burst of good jobs that fills every slot."""
+    burst = [
+        client.submit(long_request(n, 24), tier=TIER) for n in range(lab.alive() * lab.concurrency)
+    ]
+    served: set[str] = set()
+    for handle in burst:
+        try:
+            served.add(handle.result(timeout=JOB_TIMEOUT_S).worker_id or "")
+        except LlmqError as exc:
+            log.error("a good job failed after the fuzzing: %s", exc)
+    idle = {pid for pid, process in lab.processes.items() if process.poll() is None}
+    idle -= {worker_pid(worker_id) for worker_id in served if worker_id}
+    for pid in idle:
+        log.error("worker %d took no work after the fuzzing", pid)
+    return len(idle)
 
 
 def _wait_until_empty(client: Client, queue: str, *, timeout_s: float) -> bool:
