@@ -44,6 +44,7 @@ def register(commands: Any) -> None:
 
     _add_priority(kinds)
     _add_faults(kinds)
+    _add_peer(kinds)
 
     classifier = kinds.add_parser("classifier", help="routing classifier latency and accuracy")
     classifier.add_argument("-n", "--samples", type=int, default=1000)
@@ -74,6 +75,33 @@ def _add_priority(kinds: Any) -> None:
     priority.add_argument("--max-tokens", type=int, default=8, help="per interactive request")
     priority.add_argument("--batch-max-tokens", type=int, default=48, help="per batch job")
     priority.set_defaults(handler=_priority)
+
+
+def _add_peer(kinds: Any) -> None:
+    peer = kinds.add_parser(
+        "peer", help="vLLM's own OpenAI server vs llmq's gateway, same engine, openai SDK"
+    )
+    _common(peer)
+    peer.add_argument("--blocks", type=int, default=2, help="alternating blocks per side")
+    peer.add_argument("-n", "--single", type=int, default=30, help="single-stream requests")
+    peer.add_argument("--max-tokens", type=int, default=64)
+    peer.add_argument("--concurrency", type=int, default=16, help="requests at once")
+    peer.add_argument("--rounds", type=int, default=2, help="concurrent rounds per block")
+    peer.set_defaults(handler=_peer)
+
+
+def _peer(args: argparse.Namespace) -> int:
+    from schemas.settings import Settings
+    from workers.bench.peer import PeerPlan, run_peer
+
+    plan = PeerPlan(
+        blocks=args.blocks,
+        single=args.single,
+        max_tokens=args.max_tokens,
+        concurrency=args.concurrency,
+        rounds=args.rounds,
+    )
+    return _emit(run_peer(Settings.from_env(), tier=Tier(args.tier), plan=plan), args.json)
 
 
 def _add_faults(kinds: Any) -> None:
