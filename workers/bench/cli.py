@@ -19,7 +19,8 @@ def register(commands: Any) -> None:
     overhead = kinds.add_parser("overhead", help="TTFT: engine in-process vs the queue path")
     _common(overhead)
     overhead.add_argument("-n", "--samples", type=int, default=30, help="requests per path")
-    overhead.add_argument("--max-tokens", type=int, default=8)
+    overhead.add_argument("--max-tokens", type=int, default=32)
+    overhead.add_argument("--blocks", type=int, default=2, help="alternating blocks per side")
     overhead.set_defaults(handler=_overhead)
 
     batching = kinds.add_parser("batching", help="tokens/s: direct 1 and N vs queued N")
@@ -69,8 +70,10 @@ def _add_priority(kinds: Any) -> None:
         "priority", help="interactive TTFT: idle worker vs one busy with a batch flood"
     )
     _common(priority)
-    priority.add_argument("-n", "--samples", type=int, default=20, help="interactive requests")
-    priority.add_argument("--batch-jobs", type=int, default=200, help="batch backlog size")
+    priority.add_argument(
+        "-n", "--samples", type=int, default=100, help="interactive requests (100 or more)"
+    )
+    priority.add_argument("--batch-jobs", type=int, default=1000, help="batch backlog size")
     priority.add_argument("--concurrency", type=int, default=8, help="the worker's slots")
     priority.add_argument("--max-tokens", type=int, default=8, help="per interactive request")
     priority.add_argument("--batch-max-tokens", type=int, default=48, help="per batch job")
@@ -136,7 +139,11 @@ def _overhead(args: argparse.Namespace) -> int:
     from workers.bench.overhead import run_overhead
 
     result = run_overhead(
-        Settings.from_env(), tier=Tier(args.tier), samples=args.samples, max_tokens=args.max_tokens
+        Settings.from_env(),
+        tier=Tier(args.tier),
+        samples=args.samples,
+        max_tokens=args.max_tokens,
+        blocks=args.blocks,
     )
     return _emit(result, args.json)
 

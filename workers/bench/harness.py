@@ -109,6 +109,62 @@ def direct_ttft_ms(
     return ttft
 
 
+@dataclass(frozen=True)
+class StreamTiming:
+    """One streamed answer as its reader saw it: first text, last text, pieces of text."""
+
+    ttft_ms: float
+    total_ms: float
+    chunks: int
+
+    @property
+    def itl_ms(self) -> float | None:
+        """Mean time between pieces of text after the first (inter-token latency)."""
+        if self.chunks < 2:
+            return None
+        return (self.total_ms - self.ttft_ms) / (self.chunks - 1)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.first: float | None = None
+        self.last = self.started
+        self.chunks = 0
+
+    def text(self) -> None:
+        self.last = time.perf_counter()
+        self.first = self.first or self.last
+        self.chunks += 1
+
+    def timing(self) -> StreamTiming:
+        if self.first is None:
+            raise RuntimeError("no text was streamed")
+        to_ms = 1000.0
+        return StreamTiming(
+            (self.first - self.started) * to_ms, (self.last - self.started) * to_ms, self.chunks
+        )
+
+
+def direct_timing(engine: VllmEngine, request_id: str, max_tokens: int) -> StreamTiming:
+    """A request straight into an engine in this process (prompt rendering included)."""
+    clock = _Clock()
+    prompt = engine.render_chat([{"role": "user", "content": BENCH_PROMPT}])
+    for delta in engine.stream(prompt, direct_options(max_tokens), request_id):
+        if delta.text:
+            clock.text()
+    return clock.timing()
+
+
+def queued_timing(rig: Rig, max_tokens: int) -> StreamTiming:
+    """The same request through submit → Redis → worker → pub/sub → client."""
+    clock = _Clock()
+    handle = rig.client.submit(request_fields(max_tokens), tier=rig.tier)
+    for _chunk in handle.stream(timeout=300):
+        clock.text()
+    return clock.timing()
+
+
 def queued_ttft_ms(rig: Rig, max_tokens: int, request: dict[str, object] | None = None) -> float:
     """Time to first text through submit → Redis → worker → pub/sub → client."""
     return queued_sample(rig, request or request_fields(max_tokens))[0]

@@ -1,46 +1,113 @@
-"""``llmq bench overhead``: what the queue path adds to time-to-first-token."""
+"""``llmq bench overhead``: what the queue path adds to first-token and inter-token time.
+
+The direct side is an engine in this process; the queued side is a worker process,
+reached through Redis with the Python client. Only one engine is up at a time (an
+idle vLLM engine's threads spin and would slow the other side on a small host), so
+the sides alternate in blocks, each starting its engine afresh. This process runs
+with the worker's GIL switch interval, so both sides hop threads alike.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import math
 import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from schemas.queues import Tier
 from schemas.settings import Settings
 from workers.bench.harness import (
+    PAIRED_WARMUP_ROUNDS,
+    SETTLE_S,
+    StreamTiming,
     bench_rig,
-    direct_ttft_ms,
-    paired_samples,
+    direct_timing,
     percentile,
-    queued_ttft_ms,
+    queued_timing,
     rounded,
 )
+from workers.engine.vllm import VllmEngine
+from workers.models import resolve_model
+from workers.worker import GIL_SWITCH_INTERVAL_S
 
 
 def run_overhead(
-    settings: Settings, *, tier: Tier, samples: int, max_tokens: int
+    settings: Settings, *, tier: Tier, samples: int, max_tokens: int, blocks: int = 2
 ) -> dict[str, Any]:
-    """Alternate direct and queued requests, ``samples`` each; report p50s and the difference.
+    """``samples`` requests per side in ``blocks`` alternating blocks; p50s and the difference.
 
-    Alternating pairs keeps a noisy machine's drift out of the comparison. The engine
-    finishes each request before the next starts, so both paths see an idle engine.
+    Each request runs to its end before the next starts, so both sides see an idle engine.
     """
-    with bench_rig(settings, tier, concurrency=4) as rig:
-        direct, queued = paired_samples(
-            lambda index: direct_ttft_ms(rig, f"bench-direct-{index}", max_tokens),
-            lambda _index: queued_ttft_ms(rig, max_tokens),
-            samples=samples,
-        )
-    added = [q - d for d, q in zip(direct, queued, strict=True)]
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    per_block = math.ceil(samples / blocks)
+    direct: list[StreamTiming] = []
+    queued: list[StreamTiming] = []
+    for block in range(blocks):
+        with engine_only(settings, tier) as engine:
+            direct += _block(_direct_sample(engine, block, max_tokens), per_block)
+        with bench_rig(settings, tier, concurrency=4, direct_engine=False) as rig:
+            queued += _block(lambda _i: queued_timing(rig, max_tokens), per_block)
+    return _report(direct, queued, tier=tier, max_tokens=max_tokens, blocks=blocks)
+
+
+def _direct_sample(
+    engine: VllmEngine, block: int, max_tokens: int
+) -> Callable[[int], StreamTiming]:
+    def sample(index: int) -> StreamTiming:
+        return direct_timing(engine, f"bench-direct-{block}-{index}", max_tokens)
+
+    return sample
+
+
+@contextlib.contextmanager
+def engine_only(settings: Settings, tier: Tier) -> Iterator[VllmEngine]:
+    """The tier's engine in this process, with the worker's engine settings."""
+    config = settings.tier(tier)
+    engine = VllmEngine.start(
+        model_path=resolve_model(config.model, settings.bundled_model_dir), config=config
+    )
+    try:
+        yield engine
+    finally:
+        engine.shutdown()
+
+
+def _block(sample: Callable[[int], StreamTiming], count: int) -> list[StreamTiming]:
+    taken = []
+    for index in range(PAIRED_WARMUP_ROUNDS + count):
+        time.sleep(SETTLE_S)
+        timing = sample(index)
+        if index >= PAIRED_WARMUP_ROUNDS:
+            taken.append(timing)
+    return taken
+
+
+def _report(
+    direct: list[StreamTiming],
+    queued: list[StreamTiming],
+    *,
+    tier: Tier,
+    max_tokens: int,
+    blocks: int,
+) -> dict[str, Any]:
+    d_ttft, q_ttft = [t.ttft_ms for t in direct], [t.ttft_ms for t in queued]
+    d_itl = [t.itl_ms for t in direct if t.itl_ms is not None]
+    q_itl = [t.itl_ms for t in queued if t.itl_ms is not None]
     return {
         "bench": "overhead",
         "tier": tier.value,
-        "n": samples,
+        "n": len(direct),
+        "blocks": blocks,
         "max_tokens": max_tokens,
-        "direct_ttft_ms_p50": rounded(statistics.median(direct)),
-        "queued_ttft_ms_p50": rounded(statistics.median(queued)),
-        "added_ms_p50": rounded(statistics.median(queued) - statistics.median(direct)),
-        "added_ms_paired_p50": rounded(statistics.median(added)),
-        "direct_ttft_ms_p90": rounded(percentile(direct, 90)),
-        "queued_ttft_ms_p90": rounded(percentile(queued, 90)),
+        "direct_ttft_ms_p50": rounded(statistics.median(d_ttft)),
+        "queued_ttft_ms_p50": rounded(statistics.median(q_ttft)),
+        "added_ms_p50": rounded(statistics.median(q_ttft) - statistics.median(d_ttft)),
+        "direct_ttft_ms_p90": rounded(percentile(d_ttft, 90)),
+        "queued_ttft_ms_p90": rounded(percentile(q_ttft, 90)),
+        "direct_itl_ms_p50": rounded(statistics.median(d_itl)),
+        "queued_itl_ms_p50": rounded(statistics.median(q_itl)),
+        "added_itl_ms_p50": rounded(statistics.median(q_itl) - statistics.median(d_itl)),
     }

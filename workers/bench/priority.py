@@ -25,6 +25,7 @@ from workers.bench.harness import (
 )
 from workers.capacity import slot_shares
 
+MIN_P99_SAMPLES = 100
 BATCH_PROMPT = "Summarise this ticket in one line: my parcel arrived late and damaged."
 
 
@@ -42,8 +43,11 @@ def run_priority(
     ``batch_jobs`` batch jobs queued and the worker busy with them; one worker, one run.
 
     Also counts the batch jobs that finished while the loaded samples ran: batch work
-    must progress even while interactive work comes first.
+    must progress even while interactive work comes first. A p99 needs 100 samples or
+    more: fewer are refused.
     """
+    if samples < MIN_P99_SAMPLES:
+        raise ValueError(f"a p99 needs at least {MIN_P99_SAMPLES} samples, not {samples}")
     shares = slot_shares(settings.tier(tier), concurrency)
     with bench_rig(settings, tier, concurrency=concurrency, direct_engine=False) as rig:
         idle = _interactive_samples(rig, samples, max_tokens, warmup=PAIRED_WARMUP_ROUNDS)
@@ -68,6 +72,8 @@ def run_priority(
         "batch_jobs": batch_jobs,
         "idle_ttft_p50_ms": rounded(statistics.median(idle)),
         "loaded_ttft_p50_ms": rounded(statistics.median(loaded)),
+        "idle_ttft_p95_ms": rounded(percentile(idle, 95)),
+        "loaded_ttft_p95_ms": rounded(percentile(loaded, 95)),
         "idle_ttft_p99_ms": rounded(idle_p99),
         "loaded_ttft_p99_ms": rounded(loaded_p99),
         "ratio": rounded(loaded_p99 / idle_p99),
