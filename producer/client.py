@@ -54,7 +54,7 @@ class Client:
         self._redis = redis_client or broker_client(settings.broker_url)
         self._db = db_engine or make_engine(settings.database_url)
         self._sessions: sessionmaker[Session] = make_sessions(self._db)
-        self._enqueuer = Enqueuer(settings)
+        self._enqueuer = Enqueuer(settings, self._redis)
         self._prompts = PromptCatalog(settings.prompts_dir)
         self._workers = WorkerDirectory(self._redis)
         self.router = Router(settings, self._redis, workers=self._workers)

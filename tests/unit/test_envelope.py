@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 
 from celery import Celery
 
-from schemas.queues import GENERATE_TASK
+from schemas.messages import celery_job_message
+from schemas.queues import GENERATE_TASK, Priority, Tier, queue_name
 from workers.bench.fuzz import DEFAULT_QUEUE, random_queue_payload, task_message
 from workers.envelope import envelope_problem
 
@@ -80,3 +82,25 @@ def test_headers_celery_acts_on_must_have_types_it_can_act_on() -> None:
     fine = task_message([JOB_ID], message_id=JOB_ID)
     fine["headers"] |= {"timelimit": [None, 5.5], "retries": 2, "eta": None}
     assert envelope_problem(fine) is None
+
+
+def test_the_producers_direct_message_is_what_celery_would_send() -> None:
+    app = Celery("envelope-check", broker="memory://", set_as_current=False)
+    app.conf.task_serializer = "json"
+    queue = queue_name(Tier.SMALL, Priority.INTERACTIVE)
+    app.send_task(GENERATE_TASK, args=[JOB_ID], queue=queue, routing_key=queue, task_id=JOB_ID)
+    with app.connection() as connection:
+        celerys = connection.default_channel._get(queue)
+    ours = json.loads(celery_job_message(JOB_ID, Tier.SMALL, Priority.INTERACTIVE))
+    assert envelope_problem(ours) is None
+    assert json.loads(base64.b64decode(ours["body"])) == json.loads(
+        base64.b64decode(celerys["body"])
+    )
+    for volatile in ("origin",):
+        celerys["headers"].pop(volatile)
+        ours["headers"].pop(volatile)
+    assert ours["headers"] == celerys["headers"]
+    for volatile in ("reply_to", "delivery_tag"):
+        celerys["properties"].pop(volatile)
+        ours["properties"].pop(volatile)
+    assert ours["properties"] == celerys["properties"]

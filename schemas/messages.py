@@ -1,0 +1,63 @@
+"""A job's message on its queue, in Celery's own protocol (version 2, JSON).
+
+Producers write it with one Redis command instead of going through Celery's publish
+path (which costs about a millisecond on every submit); workers, Flower and the
+envelope check see exactly what Celery's ``send_task`` would have sent.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import uuid
+
+from schemas.queues import GENERATE_TASK, Priority, Tier, queue_name
+
+_ORIGIN = f"gen{os.getpid()}@{socket.gethostname()}"
+# A job message carries no callbacks, errbacks, chain or chord.
+_EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
+
+
+def celery_job_message(job_id: str, tier: Tier, priority: Priority) -> str:
+    """The message ``send_task(GENERATE_TASK, args=[job_id], task_id=job_id)`` would send
+    to the job's queue, serialized as kombu's Redis transport stores it."""
+    queue = queue_name(tier, priority)
+    body = json.dumps([[job_id], {}, _EMBED]).encode()
+    message = {
+        "body": base64.b64encode(body).decode(),
+        "content-encoding": "utf-8",
+        "content-type": "application/json",
+        "headers": {
+            "lang": "py",
+            "task": GENERATE_TASK,
+            "id": job_id,
+            "shadow": None,
+            "eta": None,
+            "expires": None,
+            "group": None,
+            "group_index": None,
+            "retries": 0,
+            "timelimit": [None, None],
+            "root_id": job_id,
+            "parent_id": None,
+            "argsrepr": repr([job_id]),
+            "kwargsrepr": "{}",
+            "origin": _ORIGIN,
+            "ignore_result": None,
+            "replaced_task_nesting": 0,
+            "stamped_headers": None,
+            "stamps": {},
+        },
+        "properties": {
+            "correlation_id": job_id,
+            "reply_to": str(uuid.uuid4()),
+            "delivery_mode": 2,
+            "delivery_info": {"exchange": "", "routing_key": queue},
+            "priority": 0,
+            "body_encoding": "base64",
+            "delivery_tag": str(uuid.uuid4()),
+        },
+    }
+    return json.dumps(message)
