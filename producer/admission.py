@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import redis
 
@@ -11,6 +10,7 @@ from producer.status import live_workers
 from schemas.boundary import broker_boundary
 from schemas.errors import NoWarmWorker, QueueFull
 from schemas.queues import Priority, Tier, queue_name
+from schemas.registry import WorkerEntry
 
 # Rough drain time per waiting job, for the Retry-After hint of a full queue.
 RETRY_SECONDS_PER_1000 = 5
@@ -41,10 +41,10 @@ class WorkerDirectory:
 
     def __init__(self, client: redis.Redis) -> None:
         self._redis = client
-        self._workers: list[dict[str, Any]] = []
+        self._workers: list[WorkerEntry] = []
         self._read_at = float("-inf")
 
-    def snapshot(self) -> list[dict[str, Any]]:
+    def snapshot(self) -> list[WorkerEntry]:
         """Every live worker entry; raises ``BrokerUnavailable`` if Redis cannot be read."""
         if time.monotonic() - self._read_at > WORKER_CACHE_S:
             with broker_boundary("read the worker registry"):
@@ -54,5 +54,5 @@ class WorkerDirectory:
 
     def require_warm(self, tier: Tier) -> None:
         """Raise ``NoWarmWorker`` unless a warm worker serves ``tier``."""
-        if not any(w.get("tier") == tier.value and w.get("warm") for w in self.snapshot()):
+        if not any(w.tier is tier and w.warm for w in self.snapshot()):
             raise NoWarmWorker(f"no warm worker serves the {tier} tier right now")

@@ -20,13 +20,11 @@ from producer.router.classifier import DifficultyClassifier
 from producer.router.load import load_adjusted
 from producer.router.policy import PolicyConfig, apply_policy
 from schemas.errors import BrokerUnavailable, ConfigError
-from schemas.queues import Priority, Tier
+from schemas.queues import ROUTING_COUNTS_KEY, Priority, Tier
 from schemas.requests import GenerationRequest, RoutingDecision
 from schemas.settings import Settings
 
 log = logging.getLogger(__name__)
-
-ROUTING_COUNTS_KEY = "llmq:stats:routing"
 
 
 class Router:

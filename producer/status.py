@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import Any
 
 import redis
 
 from schemas.boundary import broker_boundary
-from schemas.queues import WORKER_KEY_PREFIX, Priority, Tier, queue_name
+from schemas.queues import WORKER_KEY_PREFIX, Priority, Tier, queue_name, worker_id_of
+from schemas.registry import WorkerEntry
 
 
 @dataclass(frozen=True)
@@ -29,14 +28,14 @@ def queue_depths(client: redis.Redis) -> list[QueueDepth]:
     return [QueueDepth(t, p, int(d)) for (t, p), d in zip(pairs, depths, strict=True)]
 
 
-def live_workers(client: redis.Redis) -> list[dict[str, Any]]:
+def live_workers(client: redis.Redis) -> list[WorkerEntry]:
     """Every worker that sent a heartbeat recently, sorted by tier and id."""
     workers = []
     for key in client.scan_iter(match=f"{WORKER_KEY_PREFIX}*"):
-        raw = client.hgetall(key)
-        if raw:
-            workers.append({_text(k): json.loads(v) for k, v in raw.items()})
-    return sorted(workers, key=lambda w: (str(w.get("tier")), str(w.get("worker_id"))))
+        entry = WorkerEntry.decode(client.hgetall(key), worker_id=worker_id_of(key))
+        if entry is not None:
+            workers.append(entry)
+    return sorted(workers, key=lambda w: (w.tier.value, w.worker_id))
 
 
 def render_status(client: redis.Redis) -> str:
@@ -54,26 +53,16 @@ def render_status(client: redis.Redis) -> str:
         "WORKER                              TIER    ENGINE  IN-FLIGHT  FREE/SLOTS  PREFIX HITS"
     )
     for worker in workers:
-        engine = "warm" if worker.get("warm") else "warming"
+        engine = "warm" if worker.warm else "warming"
+        free = f"{worker.free_slots}/{worker.concurrency}"
         lines.append(
-            f"{worker.get('worker_id', '?'):<35} {worker.get('tier', '?'):<7} {engine:<7} "
-            f"{worker.get('in_flight', 0):>9}  {_free(worker):>10}  "
-            f"{_hits(worker)}"
+            f"{worker.worker_id:<35} {worker.tier.value:<7} {engine:<7} "
+            f"{worker.in_flight:>9}  {free:>10}  {_hits(worker)}"
         )
     return "\n".join(lines)
 
 
-def _free(worker: dict[str, Any]) -> str:
-    slots = int(worker.get("concurrency") or 0)
-    return f"{max(0, slots - int(worker.get('in_flight') or 0))}/{slots}"
-
-
-def _hits(worker: dict[str, Any]) -> str:
-    requests = worker.get("system_prompt_requests") or 0
-    if not requests:
+def _hits(worker: WorkerEntry) -> str:
+    if not worker.system_prompt_requests:
         return "-"
-    return f"{worker.get('system_prompt_hits', 0)}/{requests}"
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+    return f"{worker.system_prompt_hits}/{worker.system_prompt_requests}"

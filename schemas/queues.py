@@ -1,4 +1,8 @@
-"""Tiers, priorities, queue names and the Redis keys a job's stream uses."""
+"""Tiers, priorities, queue names, and every Redis key and channel llmq uses.
+
+Keys are data: a renamed key strands what a running deployment already wrote, so each
+string here stays as it is. Every module reads its key names from here.
+"""
 
 from __future__ import annotations
 
@@ -72,6 +76,11 @@ def job_message(job_id: str, tier: Tier, priority: Priority) -> dict[str, Any]:
     return {"args": [job_id], "queue": queue, "routing_key": queue, "task_id": job_id}
 
 
+KEY_PREFIX = "llmq:"
+"""Every Redis key and channel of llmq starts with this (queues are ``llm.*``, Celery's)."""
+
+# A job's stream and cancellation.
+
 CANCEL_CHANNEL = "llmq:cancel"
 """Pub/sub channel on which producers name jobs to cancel; every worker listens."""
 
@@ -91,14 +100,20 @@ def event_log_key(job_id: str) -> str:
     return f"llmq:job:{job_id}:log"
 
 
+# Workers: the registry (see ``schemas.registry``), held messages, recovery.
+
 WORKER_KEY_PREFIX = "llmq:worker:"
-SERVICE_MS_KEY = "llmq:stats:service_ms"
-"""Hash of each tier's moving-average job service time, which load-aware routing reads."""
 
 
 def worker_key(worker_id: str) -> str:
     """Redis hash where a worker reports its tier, warmth and load."""
     return f"{WORKER_KEY_PREFIX}{worker_id}"
+
+
+def worker_id_of(key: bytes | str) -> str:
+    """Inverse of :func:`worker_key`."""
+    text = key.decode() if isinstance(key, bytes) else key
+    return text.removeprefix(WORKER_KEY_PREFIX)
 
 
 KNOWN_WORKERS_KEY = "llmq:workers"
@@ -114,6 +129,44 @@ def held_key(worker_id: str) -> str:
     visibility timeout.
     """
     return f"llmq:held:{worker_id}"
+
+
+def queues_kept_key(tier: Tier) -> str:
+    """Marker (no TTL) that ``tier``'s queues survived: missing only when Redis lost its
+    data, and then a reaper re-sends every queued job of the tier."""
+    return f"llmq:queues-kept:{Tier(tier).value}"
+
+
+LOST_MESSAGE_SWEEP_LOCK_KEY = "llmq:lock:lost-message-sweep"
+"""Lock that lets one reaper at a time re-send jobs whose message was lost."""
+
+# Counters.
+
+SERVICE_MS_KEY = "llmq:stats:service_ms"
+"""Hash of each tier's moving-average job service time, which load-aware routing reads."""
+
+ROUTING_COUNTS_KEY = "llmq:stats:routing"
+"""Hash counting routing decisions by ``<tier>:<kind>``."""
+
+DROPPED_MESSAGES_KEY = "llmq:stats:dropped_messages"
+"""Counter of malformed messages workers took off a queue and dropped."""
+
+# The gateway's per-key limits.
+
+
+def rate_limit_key(key_id: str) -> str:
+    """Sorted set of an API key's recent requests (sliding window)."""
+    return f"llmq:ratelimit:{key_id}"
+
+
+def auth_failure_key(address: str) -> str:
+    """Sorted set of a client address's recent failed authentications."""
+    return f"llmq:authfail:{address}"
+
+
+def open_streams_key(key_id: str) -> str:
+    """Sorted set of an API key's open gateway streams, scored by lease expiry."""
+    return f"llmq:streams:{key_id}"
 
 
 def celery_config(*, broker_url: str, visibility_timeout_s: int) -> dict[str, Any]:

@@ -1,8 +1,7 @@
-"""Workers announce themselves in Redis: tier, warm or not, load (``producer.status`` reads it)."""
+"""Workers announce themselves in Redis: tier, warm or not, load (``schemas.registry``)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -12,6 +11,7 @@ from typing import Any
 import redis
 
 from schemas.queues import KNOWN_WORKERS_KEY, Tier, worker_key
+from schemas.registry import WorkerEntry
 
 log = logging.getLogger(__name__)
 
@@ -37,13 +37,9 @@ class WorkerRegistration:
         self._in_flight = in_flight
         self._stats: Callable[[], dict[str, Any]] | None = None
         self._stop = threading.Event()
-        self._fields: dict[str, Any] = {
-            "worker_id": worker_id,
-            "tier": tier.value,
-            "concurrency": concurrency,
-            "warm": 0,
-            "started_at": time.time(),
-        }
+        self._entry = WorkerEntry(
+            worker_id=worker_id, tier=tier, concurrency=concurrency, started_at=time.time()
+        )
         self._thread = threading.Thread(target=self._beat, name="llmq-heartbeat", daemon=True)
 
     def track(
@@ -60,13 +56,12 @@ class WorkerRegistration:
         notices and recovers even a message it popped but never recorded.
         """
         self._write()
-        self._redis.sadd(KNOWN_WORKERS_KEY, self._fields["worker_id"])
+        self._redis.sadd(KNOWN_WORKERS_KEY, self._entry.worker_id)
         self._thread.start()
 
     def mark_warm(self) -> None:
         """Say this worker's engine is warm; from now on it takes work."""
-        self._fields["warm"] = 1
-        self._fields["warm_at"] = time.time()
+        self._entry = self._entry.model_copy(update={"warm": True, "warm_at": time.time()})
         self._write()
 
     def withdraw(self) -> None:
@@ -89,13 +84,15 @@ class WorkerRegistration:
 
     def _write(self) -> None:
         stats = self._stats() if self._stats is not None else {}
-        fields = {
-            **self._fields,
-            **stats,
-            "in_flight": self._in_flight(),
-            "seen_at": time.time(),
-        }
+        entry = WorkerEntry.model_validate(
+            {
+                **self._entry.model_dump(),
+                **stats,
+                "in_flight": self._in_flight(),
+                "seen_at": time.time(),
+            }
+        )
         pipe = self._redis.pipeline(transaction=False)
-        pipe.hset(self._key, mapping={k: json.dumps(v) for k, v in fields.items()})
+        pipe.hset(self._key, mapping=entry.encode())
         pipe.expire(self._key, EXPIRY_S)
         pipe.execute()

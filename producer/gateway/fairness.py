@@ -30,6 +30,7 @@ from starlette.types import Receive, Scope, Send
 from producer.gateway.errors import GatewayError, rate_limited
 from schemas.errors import BrokerUnavailable, DatabaseUnavailable
 from schemas.jobs import JobStatus
+from schemas.queues import open_streams_key
 from schemas.tables import Job
 
 ACTIVE_JOBS_RETRY_S = 5
@@ -105,7 +106,7 @@ class KeyFairness:
         """
         client = self._redis()
         lease = secrets.token_hex(8)
-        set_key = f"llmq:streams:{key_id}"
+        set_key = open_streams_key(key_id)
         try:
             seconds, micros = await client.time()
             now_ms = int(seconds) * 1000 + int(micros) // 1000
@@ -141,7 +142,7 @@ class KeyFairness:
         client = self._redis()
         seconds, micros = await client.time()
         now_ms = int(seconds) * 1000 + int(micros) // 1000
-        return int(await client.zcount(f"llmq:streams:{key_id}", f"({now_ms}", "+inf"))
+        return int(await client.zcount(open_streams_key(key_id), f"({now_ms}", "+inf"))
 
 
 class ReleasingStreamingResponse(StreamingResponse):

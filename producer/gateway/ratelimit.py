@@ -15,6 +15,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from schemas.errors import BrokerUnavailable
+from schemas.queues import auth_failure_key, rate_limit_key
 
 WINDOW_S = 60
 
@@ -64,7 +65,7 @@ async def over_limit(client: aioredis.Redis, key_id: str, limit_per_min: int) ->
     A refused request is not counted, so a client that waits ``Retry-After`` gets in.
     """
     return await sliding_window(
-        client, f"llmq:ratelimit:{key_id}", limit=limit_per_min, window_ms=WINDOW_S * 1000
+        client, rate_limit_key(key_id), limit=limit_per_min, window_ms=WINDOW_S * 1000
     )
 
 
@@ -72,7 +73,7 @@ async def auth_blocked(client: aioredis.Redis, address: str, limit_per_min: int)
     """Seconds to wait if ``address`` failed authentication too often lately, else None."""
     return await sliding_window(
         client,
-        f"llmq:authfail:{address}",
+        auth_failure_key(address),
         limit=limit_per_min,
         window_ms=WINDOW_S * 1000,
         mode="check",
@@ -82,5 +83,5 @@ async def auth_blocked(client: aioredis.Redis, address: str, limit_per_min: int)
 async def record_auth_failure(client: aioredis.Redis, address: str) -> None:
     """Count one failed authentication from ``address``."""
     await sliding_window(
-        client, f"llmq:authfail:{address}", limit=0, window_ms=WINDOW_S * 1000, mode="record"
+        client, auth_failure_key(address), limit=0, window_ms=WINDOW_S * 1000, mode="record"
     )

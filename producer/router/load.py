@@ -11,19 +11,16 @@ import redis
 
 from producer.router.policy import one_down, one_up
 from schemas.queues import SERVICE_MS_KEY, Priority, Tier, queue_name
+from schemas.registry import WorkerEntry
 from schemas.settings import Settings
 
 DEFAULT_SERVICE_MS = 1000.0
 
 
-def expected_wait_ms(client: redis.Redis, tier: Tier, workers: list[dict[str, object]]) -> float:
+def expected_wait_ms(client: redis.Redis, tier: Tier, workers: list[WorkerEntry]) -> float:
     """Estimated queue wait of a new interactive job on ``tier``; inf without workers."""
     depth = int(client.llen(queue_name(tier, Priority.INTERACTIVE)))
-    slots = sum(
-        int(str(w.get("concurrency", 0)))
-        for w in workers
-        if w.get("tier") == tier.value and w.get("warm")
-    )
+    slots = sum(w.concurrency for w in workers if w.tier is tier and w.warm)
     if slots == 0:
         return float("inf")
     raw = client.hget(SERVICE_MS_KEY, tier.value)
@@ -32,7 +29,7 @@ def expected_wait_ms(client: redis.Redis, tier: Tier, workers: list[dict[str, ob
 
 
 def load_adjusted(
-    client: redis.Redis, tier: Tier, settings: Settings, workers: list[dict[str, object]]
+    client: redis.Redis, tier: Tier, settings: Settings, workers: list[WorkerEntry]
 ) -> tuple[Tier, str | None]:
     """``tier`` or a neighbour with headroom (given the live ``workers``), and why."""
     wait = expected_wait_ms(client, tier, workers)

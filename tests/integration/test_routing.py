@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,8 +10,16 @@ import redis
 
 from producer.client import Client
 from producer.router.training import train_router
-from producer.routing import ROUTING_COUNTS_KEY, Router
-from schemas.queues import SERVICE_MS_KEY, Priority, Tier, queue_name, worker_key
+from producer.routing import Router
+from schemas.queues import (
+    ROUTING_COUNTS_KEY,
+    SERVICE_MS_KEY,
+    Priority,
+    Tier,
+    queue_name,
+    worker_key,
+)
+from schemas.registry import WorkerEntry
 from schemas.requests import GenerationRequest
 from schemas.settings import Settings, TierConfig
 from tests.integration.test_submit import job_rows
@@ -72,10 +79,8 @@ def test_gibberish_and_other_languages_are_escalated(settings: Settings, text: s
 
 
 def pretend_worker(client: redis.Redis, tier: Tier, slots: int) -> None:
-    fields = {"tier": tier.value, "warm": 1, "concurrency": slots}
-    client.hset(
-        worker_key(f"{tier.value}-1@test"), mapping={k: json.dumps(v) for k, v in fields.items()}
-    )
+    entry = WorkerEntry(worker_id=f"{tier.value}-1@test", tier=tier, warm=True, concurrency=slots)
+    client.hset(worker_key(entry.worker_id), mapping=entry.encode())
 
 
 def test_an_overloaded_tier_steps_up_to_a_neighbour_with_headroom(settings: Settings) -> None:

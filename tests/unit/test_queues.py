@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from schemas import queues
 from schemas.queues import (
     Priority,
     Tier,
@@ -43,3 +44,30 @@ def test_celery_speaks_json_only_and_reads_queues_in_order() -> None:
         "visibility_timeout": 123,
         "queue_order_strategy": "priority",
     }
+
+
+def test_redis_key_names_stay_as_deployments_wrote_them() -> None:
+    assert queues.cancel_key("j") == "llmq:job:j:cancel"
+    assert queues.event_channel("j") == "llmq:job:j:events"
+    assert queues.event_log_key("j") == "llmq:job:j:log"
+    assert queues.worker_key("w") == "llmq:worker:w"
+    assert queues.worker_id_of(b"llmq:worker:w") == "w"
+    assert queues.held_key("w") == "llmq:held:w"
+    assert queues.queues_kept_key(Tier.SMALL) == "llmq:queues-kept:small"
+    assert queues.rate_limit_key("k") == "llmq:ratelimit:k"
+    assert queues.auth_failure_key("1.2.3.4") == "llmq:authfail:1.2.3.4"
+    assert queues.open_streams_key("k") == "llmq:streams:k"
+    assert queues.CANCEL_CHANNEL == "llmq:cancel"
+    assert queues.KNOWN_WORKERS_KEY == "llmq:workers"
+    assert queues.SERVICE_MS_KEY == "llmq:stats:service_ms"
+    assert queues.ROUTING_COUNTS_KEY == "llmq:stats:routing"
+    assert queues.DROPPED_MESSAGES_KEY == "llmq:stats:dropped_messages"
+    assert queues.LOST_MESSAGE_SWEEP_LOCK_KEY == "llmq:lock:lost-message-sweep"
+
+
+def test_workers_use_the_shared_key_names() -> None:
+    from workers import reaper, transport
+
+    assert reaper.KEPT_KEY.format(tier="small") == queues.queues_kept_key(Tier.SMALL)
+    assert reaper.SWEEP_LOCK_KEY == queues.LOST_MESSAGE_SWEEP_LOCK_KEY
+    assert transport.DROPPED_COUNTER == queues.DROPPED_MESSAGES_KEY

@@ -1,0 +1,82 @@
+"""The worker registry: what a worker reports about itself in its Redis hash.
+
+Workers write an entry every heartbeat (``workers.registry``); the producer's status,
+admission and load-aware routing read it. Each field is stored JSON-encoded under its
+own name in the hash at :func:`schemas.queues.worker_key`, so a single field can be
+read with ``HGET`` and an entry written by an older worker still decodes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_serializer
+from redis.typing import EncodableT, FieldT
+
+from schemas.queues import Tier
+
+log = logging.getLogger(__name__)
+
+
+class WorkerEntry(BaseModel):
+    """One worker as the registry shows it; fields not known here are ignored."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    worker_id: str
+    tier: Tier
+    concurrency: int = 0
+    """Job slots the worker runs at once."""
+    warm: bool = False
+    """Whether the engine is warm; only then does the worker take work."""
+    in_flight: int = 0
+    started_at: float | None = None
+    warm_at: float | None = None
+    seen_at: float | None = None
+    """Wall-clock time of the last heartbeat."""
+    # Prefix-cache figures (``workers.prefix.PrefixCacheStats.snapshot``).
+    prompt_tokens_total: int = 0
+    cached_prompt_tokens_total: int = 0
+    token_hit_rate: float | None = None
+    system_prompt_requests: int = 0
+    system_prompt_hits: int = 0
+    system_prompt_hit_rate: float | None = None
+    prefilled_prompts: list[str] = []
+
+    @field_serializer("warm")
+    def _warm_as_int(self, warm: bool) -> int:
+        # Stored as 0/1, as every worker has written it.
+        return int(warm)
+
+    @property
+    def free_slots(self) -> int:
+        return max(0, self.concurrency - self.in_flight)
+
+    def encode(self) -> dict[FieldT, EncodableT]:
+        """The hash fields to ``HSET``: every field JSON-encoded."""
+        fields = self.model_dump(mode="json")
+        return {name: json.dumps(value) for name, value in fields.items()}
+
+    @classmethod
+    def decode(
+        cls, raw: Mapping[bytes | str, bytes | str], *, worker_id: str
+    ) -> WorkerEntry | None:
+        """The entry in the hash fields ``raw`` of worker ``worker_id`` (its key names it,
+        should the hash lack the field); None for an empty or unreadable hash."""
+        if not raw:
+            return None
+        fields: dict[str, Any] = {"worker_id": worker_id}
+        try:
+            for name, value in raw.items():
+                fields[_text(name)] = json.loads(value)
+            return cls.model_validate(fields)
+        except (ValueError, ValidationError) as exc:
+            log.warning("unreadable registry entry of %s (%s)", worker_id, type(exc).__name__)
+            return None
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
