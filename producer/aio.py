@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from functools import partial
 
 import redis.asyncio as aioredis
+from sqlalchemy.orm import Session, sessionmaker
 
 from producer.client import Client, result_from_terminal
 from producer.streams import Event, aread_events
@@ -17,6 +18,7 @@ from schemas.events import ErrorEvent, FinalEvent, TokenEvent
 from schemas.jobs import JobResult, JobStatus
 from schemas.queues import Priority, Tier
 from schemas.settings import Settings
+from schemas.tables import Job
 
 
 class AsyncClient:
@@ -67,8 +69,27 @@ class AsyncClient:
 
     @property
     def redis(self) -> aioredis.Redis:
-        """The asyncio Redis connection this client streams with."""
+        """The asyncio Redis connection this client streams with (for a caller's own
+        counters, such as the gateway's rate limits)."""
         return self._redis
+
+    @property
+    def sessions(self) -> sessionmaker[Session]:
+        """The job database's session factory (for read-only lookups such as API keys)."""
+        return self._sync.sessions
+
+    async def warm(self) -> None:
+        """See :meth:`producer.client.Client.warm`."""
+        await asyncio.to_thread(self._sync.warm)
+
+    async def job(self, job_id: str) -> Job:
+        """See :meth:`producer.client.Client.job`."""
+        return await asyncio.to_thread(self._sync.job, job_id)
+
+    async def handle(self, job_id: str) -> AsyncJobHandle:
+        """A handle on an existing job; raises ``JobNotFound``."""
+        job = await self.job(job_id)
+        return AsyncJobHandle(self, job.id, Tier(job.tier), Priority(job.priority))
 
     async def cancel(self, job_id: str) -> None:
         """See :meth:`producer.client.Client.cancel`."""

@@ -21,6 +21,7 @@ from producer.jobs import (
 )
 from producer.limits import preload_tokenizer
 from producer.routing import Router
+from producer.status import QueueDepth, queue_depths
 from producer.streams import Event, close_stream, read_events, request_cancel
 from producer.submission import RequestLike, prepare_submission
 from schemas.boundary import broker_boundary
@@ -32,6 +33,7 @@ from schemas.jobs import CANCELLED_MESSAGE, JobResult, JobStatus
 from schemas.prompt_registry import PromptCatalog
 from schemas.queues import Priority, Tier
 from schemas.settings import Settings
+from schemas.tables import Job
 
 
 class Client:
@@ -158,8 +160,17 @@ class Client:
 
     def handle(self, job_id: str) -> JobHandle:
         """A handle on an existing job; raises ``JobNotFound``."""
-        job = load_job(self._sessions, job_id)
+        job = self.job(job_id)
         return JobHandle(self, job.id, Tier(job.tier), Priority(job.priority))
+
+    def job(self, job_id: str) -> Job:
+        """The job's row as it is now; raises ``JobNotFound`` or ``DatabaseUnavailable``."""
+        return load_job(self._sessions, job_id)
+
+    def queue_depths(self) -> list[QueueDepth]:
+        """Messages waiting on every tier queue; raises ``BrokerUnavailable``."""
+        with broker_boundary("read the queue depths"):
+            return queue_depths(self._redis)
 
     def cancel(self, job_id: str) -> None:
         """Cancel a job; it ends with status cancelled and an error event on its stream.

@@ -30,12 +30,11 @@ from producer.gateway.errors import (
 )
 from producer.gateway.fairness import KeyFairness, ReleasingStreamingResponse
 from producer.gateway.guard import FrontDoor
+from producer.gateway.keys import KEY_CACHE_S, KeyIdentity, authenticate, hash_secret
 from producer.gateway.metrics import GatewayMetrics
+from producer.gateway.queue_metrics import QueueCollector
 from producer.gateway.ratelimit import auth_blocked, over_limit, record_auth_failure
 from producer.gateway.sse import sse_events
-from producer.jobs import load_job
-from producer.keys import KEY_CACHE_S, KeyIdentity, authenticate, hash_secret
-from producer.queue_metrics import QueueCollector
 from schemas.errors import LlmqError
 from schemas.queues import Priority, Tier
 from schemas.settings import Settings
@@ -59,7 +58,7 @@ class Gateway:
         # By the key's hash, never the secret: a memory dump must not yield live keys.
         self._keys: dict[str, tuple[KeyIdentity, float]] = {}
         self.fairness = KeyFairness(
-            sessions=lambda: self.client.sync.sessions,
+            sessions=lambda: self.client.sessions,
             redis=lambda: self.client.redis,
             max_active_jobs=settings.key_max_active_jobs,
             max_open_streams=settings.key_max_open_streams,
@@ -75,9 +74,7 @@ class Gateway:
     @asynccontextmanager
     async def lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
         self._client = await asyncio.to_thread(AsyncClient, self.settings)
-        self.metrics.registry.register(
-            QueueCollector(self._client.sync.redis, self._client.sync.sessions)
-        )
+        self.metrics.registry.register(QueueCollector(self._client.sync))
         yield
         await self._client.aclose()
 
@@ -128,14 +125,14 @@ class Gateway:
         if cached is not None and time.monotonic() - cached[1] < self.key_cache_s:
             return cached[0]
         self._keys.pop(digest, None)
-        identity = await asyncio.to_thread(authenticate, self.client.sync.sessions, secret)
+        identity = await asyncio.to_thread(authenticate, self.client.sessions, secret)
         if identity is not None:
             self._keys[digest] = (identity, time.monotonic())
         return identity
 
     async def owned_job(self, job_id: str, identity: KeyIdentity | None) -> Job:
         """The job row, if the caller owns it; another key's job does not exist for them."""
-        row = await asyncio.to_thread(load_job, self.client.sync.sessions, job_id)
+        row = await self.client.job(job_id)
         if identity is not None and row.owner != identity.id:
             raise GatewayError(f"no job with id {job_id}", NOT_FOUND)
         return row
@@ -145,7 +142,7 @@ class Gateway:
 
     async def readyz(self) -> JSONResponse:
         try:
-            await asyncio.to_thread(self.client.sync.warm)
+            await self.client.warm()
         except LlmqError as exc:
             return error_response(exc)
         return JSONResponse({"status": "ready"})
@@ -166,8 +163,8 @@ class Gateway:
     async def cancel_job(self, job_id: str, request: Request) -> dict[str, Any]:
         """``POST /v1/jobs/{id}/cancel``: stop a job the caller owns; its state after."""
         await self.owned_job(job_id, await self.identify(request))
-        await asyncio.to_thread(self.client.sync.cancel, job_id)
-        row = await asyncio.to_thread(load_job, self.client.sync.sessions, job_id)
+        await self.client.cancel(job_id)
+        row = await self.client.job(job_id)
         return job_view(row)
 
     async def chat_completions(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from schemas.errors import ConfigError
 
 if TYPE_CHECKING:
-    from producer.keys import KeyInfo
+    from producer.gateway.keys import KeyInfo
 
 
 def register_gateway(commands: Any) -> None:
@@ -57,7 +57,7 @@ def register_keys(commands: Any) -> None:
 
 
 def _create_key(args: argparse.Namespace) -> int:
-    from producer.keys import create_key
+    from producer.gateway.keys import create_key
     from schemas.db import make_engine, make_sessions
     from schemas.settings import Settings
 
@@ -77,7 +77,7 @@ def _create_key(args: argparse.Namespace) -> int:
 
 
 def _list_keys(_args: argparse.Namespace) -> int:
-    from producer.keys import list_keys
+    from producer.gateway.keys import list_keys
     from schemas.db import make_engine, make_sessions
     from schemas.settings import Settings
 
@@ -117,7 +117,7 @@ def _when(moment: datetime) -> str:
 
 
 def _revoke_key(args: argparse.Namespace) -> int:
-    from producer.keys import KEY_CACHE_S, revoke_key
+    from producer.gateway.keys import KEY_CACHE_S, revoke_key
     from schemas.db import make_engine, make_sessions
     from schemas.settings import Settings
 

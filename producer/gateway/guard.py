@@ -15,7 +15,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from producer.gateway.errors import BAD_REQUEST, GatewayError, HttpError
-from producer.keys import KeyIdentity
+from producer.gateway.keys import KeyIdentity
 from schemas.errors import LlmqError
 
 TOO_LARGE = HttpError(413, "invalid_request_error", "request_too_large")

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from producer.client import Client
-from producer.keys import create_key
+from producer.gateway.keys import create_key
 from schemas.db import make_engine, make_sessions
 from schemas.queues import Priority, Tier
 from schemas.settings import Settings, TierConfig

@@ -16,8 +16,8 @@ import redis
 import redis.asyncio as aioredis
 
 from producer.client import Client
+from producer.gateway.keys import KeyIdentity, create_key
 from producer.gateway.ratelimit import sliding_window
-from producer.keys import KeyIdentity, create_key
 from schemas.db import make_engine, make_sessions
 from schemas.settings import Settings
 from tests.gateway_server import running_gateway

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import func, select
 
 from producer.client import Client
-from producer.keys import KeyIdentity, create_key
+from producer.gateway.keys import KeyIdentity, create_key
 from schemas.db import make_engine, make_sessions
 from schemas.jobs import JobStatus
 from schemas.settings import Settings

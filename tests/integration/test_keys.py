@@ -10,7 +10,7 @@ from starlette.testclient import TestClient
 from producer.cli import main
 from producer.gateway.app import Gateway, create_app
 from producer.gateway.cli import format_keys
-from producer.keys import create_key, hash_secret, list_keys, revoke_key
+from producer.gateway.keys import create_key, hash_secret, list_keys, revoke_key
 from schemas.db import make_engine, make_sessions
 from schemas.errors import KeyNotFound
 from schemas.settings import Settings

@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 
 from producer.client import Client
 from producer.gateway.app import Gateway, create_app
-from producer.keys import create_key, hash_secret
+from producer.gateway.keys import create_key, hash_secret
 from schemas.db import make_engine, make_sessions
 from schemas.settings import Settings
 

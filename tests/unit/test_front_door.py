@@ -11,7 +11,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from producer.gateway.errors import UNAUTHORIZED, GatewayError, http_error_for
 from producer.gateway.guard import FrontDoor
-from producer.keys import KeyIdentity
+from producer.gateway.keys import KeyIdentity
 from schemas.errors import LlmqError
 
 KEY = KeyIdentity("k1", "test", 600)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from producer.client import Client
-from producer.keys import create_key
+from producer.gateway.keys import create_key
 from schemas.settings import Settings
 from workers.bench.gateway import gateway_process
 from workers.bench.http_fuzz import cross_key_probe, fuzz_gateway, fuzz_submit

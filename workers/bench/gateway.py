@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from producer.keys import create_key
+from producer.gateway.keys import create_key
 from schemas.queues import Tier
 from schemas.settings import Settings
 from workers.bench.harness import (

@@ -34,7 +34,7 @@ import httpx
 from sqlalchemy import select
 
 from producer.client import Client
-from producer.keys import authenticate
+from producer.gateway.keys import authenticate
 from producer.submission import RequestLike
 from schemas.errors import BrokerUnavailable, DatabaseUnavailable, LlmqError
 from schemas.jobs import JobStatus
