@@ -14,7 +14,7 @@ from producer.streams import Event, aread_events
 from producer.submission import RequestLike
 from schemas.broker import async_redis_client
 from schemas.errors import JobFailed
-from schemas.events import ErrorEvent, FinalEvent, TokenEvent
+from schemas.events import ErrorEvent, TerminalEvent, TokenEvent, is_terminal
 from schemas.jobs import JobResult, JobStatus
 from schemas.queues import Priority, Tier
 from schemas.settings import Settings
@@ -128,14 +128,14 @@ class AsyncJobHandle:
         self.job_id = job_id
         self.tier = tier
         self.priority = priority
-        self._terminal: FinalEvent | ErrorEvent | None = None
+        self._terminal: TerminalEvent | None = None
 
     async def events(
         self, *, from_seq: int = 0, timeout: float | None = None
     ) -> AsyncIterator[Event]:
         """Every stream event from ``from_seq``, in order, each exactly once."""
         async for event in self.client.events(self.job_id, from_seq=from_seq, timeout=timeout):
-            if isinstance(event, FinalEvent | ErrorEvent):
+            if is_terminal(event):
                 self._terminal = event
             yield event
 

@@ -28,7 +28,7 @@ from schemas.boundary import broker_boundary
 from schemas.broker import redis_client as broker_client
 from schemas.db import make_engine, make_sessions
 from schemas.errors import BrokerUnavailable, JobFailed
-from schemas.events import ErrorEvent, FinalEvent, TokenEvent
+from schemas.events import ErrorEvent, TerminalEvent, TokenEvent, is_terminal
 from schemas.jobs import CANCELLED_MESSAGE, JobResult, JobStatus
 from schemas.prompt_registry import PromptCatalog
 from schemas.queues import Priority, Tier
@@ -201,7 +201,7 @@ class Client:
             self._redis, job_id, from_seq=from_seq, timeout=timeout, terminal_lookup=lookup
         )
 
-    def terminal_event(self, job_id: str, seq: int) -> FinalEvent | ErrorEvent | None:
+    def terminal_event(self, job_id: str, seq: int) -> TerminalEvent | None:
         """The outcome recorded on the job row as event ``seq``, or None while it runs."""
         return terminal_event_from_row(load_job(self._sessions, job_id), seq)
 
@@ -226,7 +226,7 @@ class JobHandle:
         self.job_id = job_id
         self.tier = tier
         self.priority = priority
-        self._terminal: FinalEvent | ErrorEvent | None = None
+        self._terminal: TerminalEvent | None = None
 
     def __repr__(self) -> str:
         return f"JobHandle({self.job_id!r}, tier={self.tier}, priority={self.priority})"
@@ -236,7 +236,7 @@ class JobHandle:
     ) -> Generator[Event, None, None]:
         """Every stream event from ``from_seq``, in order, each exactly once."""
         for event in self.client.events(self.job_id, from_seq=from_seq, timeout=timeout):
-            if isinstance(event, FinalEvent | ErrorEvent):
+            if is_terminal(event):
                 self._terminal = event
             yield event
 
@@ -266,7 +266,7 @@ class JobHandle:
 
 
 def result_from_terminal(
-    job_id: str, tier: Tier, priority: Priority, terminal: FinalEvent | ErrorEvent
+    job_id: str, tier: Tier, priority: Priority, terminal: TerminalEvent
 ) -> JobResult:
     """The caller's view of a terminal event; raises ``JobFailed`` for an error event."""
     if isinstance(terminal, ErrorEvent):

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from schemas.boundary import DATABASE_ERRORS, database_boundary, database_error
 from schemas.errors import IdempotencyConflict, JobNotFound
-from schemas.events import ErrorEvent, FinalEvent, Timings, Usage
+from schemas.events import ErrorEvent, FinalEvent, TerminalEvent, Timings, Usage
 from schemas.jobs import CANCELLED_MESSAGE, JobStatus, could_be_job_id
 from schemas.queues import Priority
 from schemas.requests import GenerationRequest, RoutingDecision
@@ -148,7 +148,7 @@ def load_job(sessions: sessionmaker[Session], job_id: str) -> Job:
     return job
 
 
-def terminal_event_from_row(job: Job, seq: int) -> FinalEvent | ErrorEvent | None:
+def terminal_event_from_row(job: Job, seq: int) -> TerminalEvent | None:
     """The final event a finished row stands for, or None while it still runs.
 
     Used when a stream's replay log has expired but the row still holds the outcome.

@@ -21,11 +21,11 @@ from pydantic import ValidationError
 
 from schemas.boundary import broker_error
 from schemas.errors import JobTimeout
-from schemas.events import AnyEvent, ErrorEvent, FinalEvent, is_terminal, parse_event
+from schemas.events import AnyEvent, ErrorEvent, TerminalEvent, is_terminal, parse_event
 from schemas.queues import CANCEL_CHANNEL, cancel_key, event_channel, event_log_key
 
 Event = AnyEvent
-TerminalLookup = Callable[[int], FinalEvent | ErrorEvent | None]
+TerminalLookup = Callable[[int], TerminalEvent | None]
 
 # With no pub/sub message for this long, re-read the log (covers a missed
 # message) and ask the database whether the job already ended.

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from typing_extensions import TypeIs
 
 
 class Usage(BaseModel):
@@ -90,6 +91,6 @@ def parse_event(raw: str | bytes) -> AnyEvent:
     return STREAM_EVENT.validate_json(raw)
 
 
-def is_terminal(event: AnyEvent) -> bool:
-    """True for the last event of a stream."""
+def is_terminal(event: AnyEvent) -> TypeIs[TerminalEvent]:
+    """True for the last event of a stream (a ``FinalEvent`` or an ``ErrorEvent``)."""
     return isinstance(event, FinalEvent | ErrorEvent)
