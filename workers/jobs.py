@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from schemas.boundary import database_boundary
 from schemas.events import Timings, Usage
 from schemas.jobs import JobStatus
+from schemas.retry import retry_call
 from schemas.tables import Job, as_utc, utcnow
 
 log = logging.getLogger(__name__)
@@ -139,16 +139,11 @@ def with_db_retry(write: Callable[[], bool], *, what: str) -> bool | None:
     A job whose output exists must not lose its record to a database blip. None if
     the database stayed down (logged); the outcome is then still published.
     """
-    for delay in (*DB_RETRY_DELAYS_S, None):
-        try:
-            return write()
-        except SQLAlchemyError:
-            if delay is None:
-                log.exception("could not %s; the database stayed unavailable", what)
-                return None
-            log.warning("could not %s; retrying in %.1f s", what, delay)
-            time.sleep(delay)
-    return None
+    try:
+        return retry_call(write, delays=DB_RETRY_DELAYS_S, retry_on=SQLAlchemyError, what=what)
+    except SQLAlchemyError:
+        log.exception("could not %s; the database stayed unavailable", what)
+        return None
 
 
 def elapsed_ms(start: datetime, end: datetime) -> float:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-import time
-
 import redis
 
 from schemas.events import (
@@ -17,8 +14,7 @@ from schemas.events import (
     parse_event,
 )
 from schemas.queues import event_channel, event_log_key
-
-log = logging.getLogger(__name__)
+from schemas.retry import retry_call
 
 # A Redis restart or failover takes seconds; events wait for it in order rather than
 # failing a job whose generation is fine.
@@ -110,15 +106,12 @@ class StreamPublisher:
 
     def _emit(self, payload: str) -> None:
         self._sent.append(payload)
-        for delay in (*PUBLISH_RETRY_DELAYS_S, None):
-            try:
-                self._append_latest()
-                return
-            except redis.RedisError:
-                if delay is None:
-                    raise
-                log.warning("stream publish failed; retrying in %.2f s", delay)
-                time.sleep(delay)
+        retry_call(
+            self._append_latest,
+            delays=PUBLISH_RETRY_DELAYS_S,
+            retry_on=redis.RedisError,
+            what="publish a stream event",
+        )
 
     def _append_latest(self) -> None:
         """Append the newest event at its own index, publish it; one round trip.
