@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import threading
 
+JOIN_TIMEOUT_S = 5.0
+
 
 class BackgroundLoop:
-    """A daemon thread running :meth:`run` until :meth:`stop`; ``_stopping`` says when."""
+    """A daemon thread running :meth:`run` until :meth:`stop`; ``_stopping`` says when.
+
+    Every helper thread of a worker (heartbeat, keep-warm, cancel listener, reaper) is
+    one of these, so each is started and joined the same way; as a context manager it
+    runs for the ``with`` block (``run_worker`` enters them on its ``ExitStack``).
+    """
 
     thread_name = "llmq-background"
 
@@ -18,9 +25,17 @@ class BackgroundLoop:
         self._thread.start()
 
     def stop(self) -> None:
-        """Ask the loop to end and wait a little for it."""
+        """Ask the loop to end and wait a little for it; harmless if never started."""
         self._stopping.set()
-        self._thread.join(timeout=5)
+        if self._thread.ident is not None:
+            self._thread.join(timeout=JOIN_TIMEOUT_S)
 
     def run(self) -> None:
         raise NotImplementedError
+
+    def __enter__(self) -> BackgroundLoop:
+        self.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()

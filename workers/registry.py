@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -12,6 +11,7 @@ import redis
 
 from schemas.queues import KNOWN_WORKERS_KEY, Tier, worker_key
 from schemas.registry import WorkerEntry
+from workers.background import BackgroundLoop
 
 log = logging.getLogger(__name__)
 
@@ -20,8 +20,10 @@ HEARTBEAT_S = 1.0
 EXPIRY_S = 3
 
 
-class WorkerRegistration:
+class WorkerRegistration(BackgroundLoop):
     """This worker's entry in the registry, refreshed by a heartbeat thread."""
+
+    thread_name = "llmq-heartbeat"
 
     def __init__(
         self,
@@ -32,15 +34,14 @@ class WorkerRegistration:
         concurrency: int,
         in_flight: Callable[[], int] = lambda: 0,
     ) -> None:
+        super().__init__()
         self._redis = client
         self._key = worker_key(worker_id)
         self._in_flight = in_flight
         self._stats: Callable[[], dict[str, Any]] | None = None
-        self._stop = threading.Event()
         self._entry = WorkerEntry(
             worker_id=worker_id, tier=tier, concurrency=concurrency, started_at=time.time()
         )
-        self._thread = threading.Thread(target=self._beat, name="llmq-heartbeat", daemon=True)
 
     def track(
         self, in_flight: Callable[[], int], stats: Callable[[], dict[str, Any]] | None = None
@@ -57,7 +58,7 @@ class WorkerRegistration:
         """
         self._write()
         self._redis.sadd(KNOWN_WORKERS_KEY, self._entry.worker_id)
-        self._thread.start()
+        self.start()
 
     def mark_warm(self) -> None:
         """Say this worker's engine is warm; from now on it takes work."""
@@ -66,14 +67,14 @@ class WorkerRegistration:
 
     def withdraw(self) -> None:
         """Stop the heartbeat and remove the entry."""
-        self._stop.set()
+        self.stop()
         try:
             self._redis.delete(self._key)
         except redis.RedisError:
             log.warning("could not remove worker entry %s", self._key)
 
-    def _beat(self) -> None:
-        while not self._stop.wait(HEARTBEAT_S):
+    def run(self) -> None:
+        while not self._stopping.wait(HEARTBEAT_S):
             try:
                 self._write()
             except redis.RedisError as exc:

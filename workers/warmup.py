@@ -13,6 +13,7 @@ import time
 
 from schemas.prompt_registry import PromptCatalog, SystemPrompt
 from schemas.queues import Tier
+from workers.background import BackgroundLoop
 from workers.engine.base import Engine, SamplingOptions
 from workers.jobs import claim_job
 from workers.prefix import PrefixCacheStats
@@ -100,8 +101,10 @@ def _generate(engine: Engine, messages: list[dict[str, str]], request_id: str, t
         pass
 
 
-class KeepWarm:
+class KeepWarm(BackgroundLoop):
     """Re-prefills registered prompts when they change, on a timer, and after an eviction."""
+
+    thread_name = "llmq-keep-warm"
 
     def __init__(
         self,
@@ -112,14 +115,13 @@ class KeepWarm:
         tier: Tier,
         interval_s: float,
     ) -> None:
+        super().__init__()
         self._engine = engine
         self._catalog = catalog
         self._stats = stats
         self._tier = tier
         self._interval_s = interval_s
-        self._stop = threading.Event()
         self._last_prefill = time.monotonic()
-        self._thread = threading.Thread(target=self._loop, name="llmq-keep-warm", daemon=True)
         self.refills = 0
 
     def prefill_now(self) -> None:
@@ -128,14 +130,8 @@ class KeepWarm:
         self._stats.set_prefixes(prefixes)
         self._last_prefill = time.monotonic()
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(CHECK_EVERY_S):
+    def run(self) -> None:
+        while not self._stopping.wait(CHECK_EVERY_S):
             try:
                 reason = self._due()
                 if reason:

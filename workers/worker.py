@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -78,17 +79,20 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
     client = redis_client(settings.broker_url)
     _require_redis(client, settings.broker_url)
 
-    registration = WorkerRegistration(
-        client, worker_id=worker_id, tier=options.tier, concurrency=concurrency
-    )
-    registration.announce()  # visible as "warming" while the model loads
-    db = make_engine(settings.database_url)
-    engine: VllmEngine | None = None
-    keep_warm: KeepWarm | None = None
-    helpers: list[BackgroundLoop] = []
-    try:
+    # Everything started here is stopped in reverse order, however the worker ends.
+    with contextlib.ExitStack() as resources:
+        db = make_engine(settings.database_url)
+        resources.callback(db.dispose)
+        registration = WorkerRegistration(
+            client, worker_id=worker_id, tier=options.tier, concurrency=concurrency
+        )
+        registration.announce()  # visible as "warming" while the model loads
+        resources.callback(registration.withdraw)
         model_path = resolve_model(tier_config.model, settings.bundled_model_dir)
         engine = VllmEngine.start(model_path=model_path, config=tier_config)
+        resources.callback(engine.shutdown)
+        # Leave the registry before the engine goes (withdraw is idempotent).
+        resources.callback(registration.withdraw)
         runtime = WorkerRuntime(
             settings=settings,
             tier=options.tier,
@@ -118,25 +122,17 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
         warm_job_path(runtime)
         app = make_app(settings, worker_id=worker_id)
         app.runtime = runtime
-        helpers = _start_helpers(runtime, app)
+        for helper in _helpers(runtime, app):
+            resources.enter_context(helper)
         # Only now is the worker warm: it starts consuming right after this.
         runtime.warm.set()
         registration.mark_warm()
-        keep_warm.start()
+        resources.enter_context(keep_warm)
         return _consume(app, runtime, options, concurrency)
-    finally:
-        for helper in helpers:
-            helper.stop()
-        if keep_warm is not None:
-            keep_warm.stop()
-        registration.withdraw()
-        if engine is not None:
-            engine.shutdown()
-        db.dispose()
 
 
-def _start_helpers(runtime: WorkerRuntime, app: LlmqCelery) -> list[BackgroundLoop]:
-    """The cancel listener and the reaper of dead workers' jobs, started."""
+def _helpers(runtime: WorkerRuntime, app: LlmqCelery) -> list[BackgroundLoop]:
+    """The cancel listener and the reaper of dead workers' jobs (not yet started)."""
 
     def send(job_id: str, tier: Tier, priority: Priority) -> None:
         app.send_task(GENERATE_TASK, **job_message(job_id, tier, priority))
@@ -154,13 +150,7 @@ def _start_helpers(runtime: WorkerRuntime, app: LlmqCelery) -> list[BackgroundLo
         max_attempts=runtime.settings.max_attempts,
         replay_ttl_s=runtime.settings.replay_ttl_s,
     )
-    helpers: list[BackgroundLoop] = [
-        CancelListener(runtime.redis, runtime.running),
-        ReaperThread(reaper),
-    ]
-    for helper in helpers:
-        helper.start()
-    return helpers
+    return [CancelListener(runtime.redis, runtime.running), ReaperThread(reaper)]
 
 
 def _consume(
