@@ -105,7 +105,9 @@ class Settings(BaseSettings):
     auth_failures_per_min: int = Field(
         default=20, ge=1, description="failed authentications per client address and minute"
     )
-    log_level: str = "INFO"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = Field(
+        default="INFO", description="a worker's log level (Celery's and its own)"
+    )
 
     @field_validator("tiers", mode="after")
     @classmethod

@@ -30,14 +30,15 @@ def _worker(args: argparse.Namespace) -> int:
     from schemas.settings import Settings
     from workers.worker import WorkerOptions, run_worker
 
+    settings = Settings.from_env()
     options = WorkerOptions(
         tier=Tier(args.tier),
         gpu=args.gpu,
         concurrency=args.concurrency,
-        loglevel="INFO",
+        loglevel=settings.log_level,
         metrics_port=args.metrics_port,
     )
-    return run_worker(Settings.from_env(), options)
+    return run_worker(settings, options)
 
 
 def register_model(commands: Any) -> None:
