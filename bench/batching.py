@@ -7,9 +7,7 @@ import threading
 import time
 from typing import Any
 
-from schemas.queues import Tier
-from schemas.settings import Settings
-from workers.bench.harness import (
+from bench.harness import (
     BENCH_PROMPT,
     Rig,
     bench_rig,
@@ -18,6 +16,8 @@ from workers.bench.harness import (
     request_fields,
     rounded,
 )
+from schemas.queues import Tier
+from schemas.settings import Settings
 
 
 def run_batching(

@@ -94,8 +94,8 @@ def _add_peer(kinds: Any) -> None:
 
 
 def _peer(args: argparse.Namespace) -> int:
+    from bench.peer import PeerPlan, run_peer
     from schemas.settings import Settings
-    from workers.bench.peer import PeerPlan, run_peer
 
     plan = PeerPlan(
         blocks=args.blocks,
@@ -135,8 +135,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def _overhead(args: argparse.Namespace) -> int:
+    from bench.overhead import run_overhead
     from schemas.settings import Settings
-    from workers.bench.overhead import run_overhead
 
     result = run_overhead(
         Settings.from_env(),
@@ -149,8 +149,8 @@ def _overhead(args: argparse.Namespace) -> int:
 
 
 def _batching(args: argparse.Namespace) -> int:
+    from bench.batching import run_batching
     from schemas.settings import Settings
-    from workers.bench.batching import run_batching
 
     result = run_batching(
         Settings.from_env(),
@@ -163,8 +163,8 @@ def _batching(args: argparse.Namespace) -> int:
 
 
 def _warm(args: argparse.Namespace) -> int:
+    from bench.warm import run_warm
     from schemas.settings import Settings
-    from workers.bench.warm import run_warm
 
     result = run_warm(
         Settings.from_env(), tier=Tier(args.tier), max_tokens=args.max_tokens, prompt=args.prompt
@@ -173,8 +173,8 @@ def _warm(args: argparse.Namespace) -> int:
 
 
 def _gateway(args: argparse.Namespace) -> int:
+    from bench.gateway import run_gateway
     from schemas.settings import Settings
-    from workers.bench.gateway import run_gateway
 
     result = run_gateway(
         Settings.from_env(),
@@ -187,8 +187,8 @@ def _gateway(args: argparse.Namespace) -> int:
 
 
 def _priority(args: argparse.Namespace) -> int:
+    from bench.priority import run_priority
     from schemas.settings import Settings
-    from workers.bench.priority import run_priority
 
     result = run_priority(
         Settings.from_env(),
@@ -203,8 +203,8 @@ def _priority(args: argparse.Namespace) -> int:
 
 
 def _faults(args: argparse.Namespace) -> int:
+    from bench.faults import FaultPlan, run_faults
     from schemas.settings import Settings
-    from workers.bench.faults import FaultPlan, run_faults
 
     settings = Settings.from_env()
     if args.database_url:
@@ -223,7 +223,7 @@ def _faults(args: argparse.Namespace) -> int:
 
 
 def _classifier(args: argparse.Namespace) -> int:
-    from producer.router.bench import run_classifier_bench
+    from bench.classifier import run_classifier_bench
     from producer.routing import Router
     from schemas.errors import ConfigError
     from schemas.settings import Settings
@@ -251,10 +251,10 @@ def _teacher_baseline(samples: int) -> dict[str, Any]:
 def _routing(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from bench.routing import run_routing
     from producer.routing import Router
     from schemas.errors import ConfigError
     from schemas.settings import Settings
-    from workers.bench.routing import run_routing
 
     settings = Settings.from_env()
     router = Router(settings)

@@ -11,12 +11,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench.gateway import gateway_process
+from bench.http_fuzz import cross_key_probe, fuzz_gateway, fuzz_submit
+from bench.redis_server import RedisServer, free_port
 from producer.client import Client
 from producer.gateway.keys import create_key
 from schemas.settings import Settings
-from workers.bench.gateway import gateway_process
-from workers.bench.http_fuzz import cross_key_probe, fuzz_gateway, fuzz_submit
-from workers.bench.redis_server import RedisServer, free_port
 
 # Every case is its own request; the default limit would refuse most of them.
 FUZZ_RATE_LIMIT_PER_MIN = 1_000_000

@@ -23,6 +23,12 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
+from bench.doors import fuzz_doors
+from bench.fuzz import find_request_crashes, push_raw_payloads
+from bench.fuzz import fuzz_cases as draw_fuzz_cases
+from bench.harness import percentile
+from bench.redis_server import RedisServer
+from bench.sentinel_lab import SentinelLab, failover_phase, sentinel_lab
 from producer.client import Client
 from schemas.errors import BrokerUnavailable, EngineError, JobFailed, JobTimeout, LlmqError
 from schemas.events import (
@@ -37,12 +43,6 @@ from schemas.jobs import JobStatus
 from schemas.queues import Priority, Tier, event_log_key, held_key, queue_name
 from schemas.settings import Settings
 from schemas.tables import Job
-from workers.bench.doors import fuzz_doors
-from workers.bench.fuzz import find_request_crashes, push_raw_payloads
-from workers.bench.fuzz import fuzz_cases as draw_fuzz_cases
-from workers.bench.harness import percentile
-from workers.bench.redis_server import RedisServer
-from workers.bench.sentinel_lab import SentinelLab, failover_phase, sentinel_lab
 from workers.supervise import kill_group, start_worker_process, stop_process, wait_until_warm
 from workers.worker import worker_pid
 

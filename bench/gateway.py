@@ -13,10 +13,7 @@ from typing import Any
 
 import httpx
 
-from producer.gateway.keys import create_key
-from schemas.queues import Tier
-from schemas.settings import Settings
-from workers.bench.harness import (
+from bench.harness import (
     Rig,
     bench_rig,
     paired_samples,
@@ -24,6 +21,9 @@ from workers.bench.harness import (
     request_fields,
     rounded,
 )
+from producer.gateway.keys import create_key
+from schemas.queues import Tier
+from schemas.settings import Settings
 from workers.supervise import stop_process
 
 START_TIMEOUT_S = 60.0

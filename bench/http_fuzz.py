@@ -1,6 +1,6 @@
 """Fuzzing the real doors: the gateway over HTTP, ``Client.submit``, and cross-key access.
 
-:mod:`workers.bench.fuzz` checks that pydantic refuses bad requests cleanly. Here the
+:mod:`bench.fuzz` checks that pydantic refuses bad requests cleanly. Here the
 same kind of garbage goes through everything behind the parsers:
 
 * :func:`fuzz_gateway` sends malformed, odd and hostile requests over real HTTP to a
@@ -33,13 +33,7 @@ from typing import Any, cast
 import httpx
 from sqlalchemy import select
 
-from producer.client import Client
-from producer.gateway.keys import authenticate
-from producer.submission import RequestLike
-from schemas.errors import BrokerUnavailable, DatabaseUnavailable, LlmqError
-from schemas.jobs import JobStatus
-from schemas.tables import Job
-from workers.bench.fuzz import (
+from bench.fuzz import (
     HUGE_TEXT_CHARS,
     ODD_NUMBERS,
     ODD_STRINGS,
@@ -48,6 +42,12 @@ from workers.bench.fuzz import (
     random_text,
     valid_request,
 )
+from producer.client import Client
+from producer.gateway.keys import authenticate
+from producer.submission import RequestLike
+from schemas.errors import BrokerUnavailable, DatabaseUnavailable, LlmqError
+from schemas.jobs import JobStatus
+from schemas.tables import Job
 
 CHAT = "/v1/chat/completions"
 MAX_FAILURES_KEPT = 50

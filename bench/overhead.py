@@ -17,9 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from schemas.queues import Tier
-from schemas.settings import Settings
-from workers.bench.harness import (
+from bench.harness import (
     PAIRED_WARMUP_ROUNDS,
     SETTLE_S,
     StreamTiming,
@@ -29,6 +27,8 @@ from workers.bench.harness import (
     queued_timing,
     rounded,
 )
+from schemas.queues import Tier
+from schemas.settings import Settings
 from workers.engine.vllm import VllmEngine
 from workers.models import resolve_model
 from workers.worker import GIL_SWITCH_INTERVAL_S

@@ -25,12 +25,12 @@ from typing import Any
 
 import httpx
 
+from bench.gateway import gateway_process
+from bench.harness import BENCH_PROMPT, percentile, rounded
+from bench.redis_server import RedisServer, free_port
 from producer.gateway.keys import create_key
 from schemas.queues import Tier
 from schemas.settings import Settings
-from workers.bench.gateway import gateway_process
-from workers.bench.harness import BENCH_PROMPT, percentile, rounded
-from workers.bench.redis_server import RedisServer, free_port
 from workers.engine.vllm import engine_arguments
 from workers.models import resolve_model
 from workers.supervise import start_worker_process, stop_process, wait_until_warm

@@ -9,12 +9,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from producer.client import Client
-from schemas.jobs import JobStatus
-from schemas.queues import Priority, Tier
-from schemas.settings import Settings
-from schemas.tables import Job, utcnow
-from workers.bench.harness import (
+from bench.harness import (
     PAIRED_WARMUP_ROUNDS,
     SETTLE_S,
     Rig,
@@ -23,6 +18,11 @@ from workers.bench.harness import (
     queued_ttft_ms,
     rounded,
 )
+from producer.client import Client
+from schemas.jobs import JobStatus
+from schemas.queues import Priority, Tier
+from schemas.settings import Settings
+from schemas.tables import Job, utcnow
 from workers.capacity import slot_shares
 
 MIN_P99_SAMPLES = 100

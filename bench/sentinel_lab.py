@@ -26,13 +26,13 @@ from typing import Any, Protocol
 
 import redis
 
+from bench.redis_server import free_port
 from producer.client import Client
 from schemas.errors import BrokerUnavailable, LlmqError
 from schemas.events import AnyEvent, FinalEvent, is_terminal, parse_event
 from schemas.jobs import JobStatus
 from schemas.queues import Tier, event_log_key
 from schemas.settings import Settings
-from workers.bench.redis_server import free_port
 
 log = logging.getLogger(__name__)
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from schemas.prompt_registry import PromptRegistry
-from schemas.queues import Tier
-from schemas.settings import Settings
-from workers.bench.harness import (
+from bench.harness import (
     bench_rig,
     direct_engine,
     direct_ttft_ms,
     queued_sample,
     rounded,
 )
+from schemas.prompt_registry import PromptRegistry
+from schemas.queues import Tier
+from schemas.settings import Settings
 from workers.prefix import HIT_SHARE
 
 QUESTIONS = (

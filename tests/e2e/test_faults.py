@@ -12,10 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from producer.client import Client
-from schemas.settings import Settings
-from tests.conftest import postgres_database, truncate_jobs
-from workers.bench.faults import (
+from bench.faults import (
     Lab,
     fault_lab,
     finished_reconnects,
@@ -23,6 +20,9 @@ from workers.bench.faults import (
     poison_job,
     redis_restart,
 )
+from producer.client import Client
+from schemas.settings import Settings
+from tests.conftest import postgres_database, truncate_jobs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]
 

@@ -8,12 +8,12 @@ import time
 import pytest
 import redis
 
+from bench.fuzz import fuzz_cases, push_raw_payloads
 from producer.client import Client
 from schemas.jobs import JobStatus
 from schemas.queues import Priority, Tier, queue_name, worker_key
 from schemas.settings import Settings
 from tests.conftest import job_row
-from workers.bench.fuzz import fuzz_cases, push_raw_payloads
 from workers.worker import worker_pid
 
 pytestmark = pytest.mark.e2e

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import func, select
 
+from bench.http_fuzz import cross_key_probe, fuzz_gateway, fuzz_submit
 from producer.client import Client
 from producer.gateway.keys import KeyIdentity, create_key
 from schemas.db import make_engine, make_sessions
@@ -17,7 +18,6 @@ from schemas.jobs import JobStatus
 from schemas.settings import Settings
 from schemas.tables import Job
 from tests.gateway_server import running_gateway
-from workers.bench.http_fuzz import cross_key_probe, fuzz_gateway, fuzz_submit
 
 pytestmark = pytest.mark.integration
 

@@ -14,6 +14,7 @@ import pytest
 import redis
 from sqlalchemy import update
 
+from bench.redis_server import RedisServer
 from producer.client import Client
 from schemas.errors import JobFailed
 from schemas.events import AttemptEvent, ErrorEvent, FinalEvent, TokenEvent
@@ -23,7 +24,6 @@ from schemas.settings import Settings
 from schemas.tables import Job
 from tests.conftest import job_row
 from tests.integration.test_runner import ScriptedEngine, runtime_for
-from workers.bench.redis_server import RedisServer
 from workers.jobs import claim_job
 from workers.publisher import StreamPublisher
 from workers.reaper import Reaper

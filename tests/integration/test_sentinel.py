@@ -1,6 +1,6 @@
 """Redis Sentinel failover: producers, readers and the worker transport follow the master.
 
-A private master, replica and three sentinels (workers/bench/sentinel_lab.py); the
+A private master, replica and three sentinels (bench/sentinel_lab.py); the
 master is SIGKILLed and a replica promoted. No worker runs: a test-side publisher
 writes a job's stream as a worker would.
 """
@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from bench.sentinel_lab import SentinelLab, failover_phase, sentinel_lab
 from producer.client import Client
 from schemas.broker import async_redis_client, redis_client
 from schemas.errors import LlmqError
@@ -26,7 +27,6 @@ from schemas.queues import Priority, Tier, queue_name
 from schemas.settings import Settings
 from tests.integration.test_runner import ScriptedEngine, runtime_for
 from workers.app import make_app
-from workers.bench.sentinel_lab import SentinelLab, failover_phase, sentinel_lab
 from workers.publisher import StreamPublisher
 from workers.runner import run_job
 from workers.runtime import WorkerRuntime

@@ -9,6 +9,7 @@ import redis.asyncio.sentinel as aiosentinel
 import redis.sentinel
 from kombu import Connection
 
+from bench.sentinel_lab import count_gaps
 from schemas.broker import (
     DEFAULT_MASTER_NAME,
     AsyncFollowingConnection,
@@ -22,7 +23,6 @@ from schemas.broker import (
     sentinel_transport_options,
 )
 from schemas.queues import celery_config
-from workers.bench.sentinel_lab import count_gaps
 from workers.transport import (
     SENTINEL_TRANSPORT_PATH,
     TRANSPORT_PATH,

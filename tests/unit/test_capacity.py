@@ -80,15 +80,15 @@ def test_messages_celery_dropped_after_counting_free_their_slots() -> None:
     gate = SlotGate(Tier.SMALL, SlotShares(4, 1, 1), batch_waiting=lambda: False)
     switch = RecordingSwitch()
     gate.attach(switch)
-    for index in range(4):  # received, then rejected by Celery before they could run
-        gate.received(f"dropped{index}", "llm.small.interactive")
-    gate.received("runs", "llm.small.interactive")
-    assert ("pause", "llm.small.interactive") in switch.calls
+    for index in range(2):  # received, then rejected by Celery before they could run
+        gate.received(f"dropped{index}", "llm.small.batch")
+    gate.received("runs", "llm.small.batch")
+    assert switch.calls == [("pause", "llm.small.batch")]  # the batch share looks full
     later = time.monotonic() + STALE_AFTER_S + 1
     assert gate.prune(lambda task_id: False, now=time.monotonic()) == 0  # too fresh
-    assert gate.prune(lambda task_id: task_id == "runs", now=later) == 4
+    assert gate.prune(lambda task_id: task_id == "runs", now=later) == 2
     gate.rebalance()
-    assert switch.calls[-1] == ("resume", "llm.small.interactive")
-    assert gate.running() == {INTER: 1, BATCH: 0}
+    assert switch.calls[-1] == ("resume", "llm.small.batch")
+    assert gate.running() == {INTER: 0, BATCH: 1}
     gate.finished("runs")
     assert gate.running() == {INTER: 0, BATCH: 0}

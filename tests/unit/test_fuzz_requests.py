@@ -10,11 +10,7 @@ from celery import Celery
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from producer.submission import parse_request
-from schemas.errors import InvalidRequest
-from schemas.queues import GENERATE_TASK
-from workers.app import generate_task
-from workers.bench.fuzz import (
+from bench.fuzz import (
     DEFAULT_QUEUE,
     bad_request_payloads,
     check_request,
@@ -23,6 +19,10 @@ from workers.bench.fuzz import (
     raw_queue_payloads,
     task_message,
 )
+from producer.submission import parse_request
+from schemas.errors import InvalidRequest
+from schemas.queues import GENERATE_TASK
+from workers.app import generate_task
 
 THOROUGH = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

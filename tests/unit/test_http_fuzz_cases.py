@@ -7,11 +7,11 @@ import math
 import pytest
 from pydantic import ValidationError
 
+from bench.http_fuzz import http_cases, submit_cases
 from producer.gateway.app import resume_point
 from producer.gateway.errors import GatewayError
 from schemas.jobs import could_be_job_id
 from schemas.requests import EnqueueOptions, GenerationRequest
-from workers.bench.http_fuzz import http_cases, submit_cases
 
 KEYS = ["llmq-a", "llmq-b"]
 HI = [{"role": "user", "content": "hi"}]

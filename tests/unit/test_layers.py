@@ -17,15 +17,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 # Module prefix -> layer; the longest matching prefix wins, so a subpackage can stand in
-# a layer of its own. The benchmarks (``workers.bench`` until they move to ``bench``)
-# drive both sides, so they stand above producer and workers.
+# a layer of its own. The benchmarks (``bench``) drive both sides, so they stand above
+# producer and workers.
 LAYERS: dict[str, str] = {
     "schemas": "schemas",
     "producer": "producer",
     "workers": "workers",
     "migrations": "migrations",
     "bench": "bench",
-    "workers.bench": "bench",
 }
 
 # Layer -> the module prefixes it may import (its own layer is always allowed).
@@ -125,7 +124,7 @@ def test_the_contract_catches_a_violation() -> None:
     assert not allowed("producer", "workers.worker")
     assert not allowed("schemas", "producer.client")
     assert not allowed("workers", "producer.gateway.app")
-    assert not allowed("workers", "workers.bench.faults")
+    assert not allowed("workers", "bench.faults")
     assert not allowed("producer", "bench.cli")
     assert allowed("workers", "producer.client")
     assert allowed("bench", "workers.worker")
