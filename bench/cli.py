@@ -224,7 +224,7 @@ def _faults(args: argparse.Namespace) -> int:
 
 def _classifier(args: argparse.Namespace) -> int:
     from bench.classifier import run_classifier_bench
-    from producer.routing import Router
+    from producer.router.route import Router
     from schemas.errors import ConfigError
     from schemas.settings import Settings
 
@@ -252,7 +252,7 @@ def _routing(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from bench.routing import run_routing
-    from producer.routing import Router
+    from producer.router.route import Router
     from schemas.errors import ConfigError
     from schemas.settings import Settings
 

@@ -20,7 +20,7 @@ from producer.jobs import (
     terminal_event_from_row,
 )
 from producer.limits import preload_tokenizer
-from producer.routing import Router
+from producer.router.route import Router
 from producer.status import QueueDepth, queue_depths
 from producer.streams import Event, close_stream, read_events, request_cancel
 from producer.submission import RequestLike, prepare_submission

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from producer.limits import check_fits
-from producer.routing import Router
+from producer.router.route import Router
 from schemas.errors import InvalidRequest
 from schemas.prompt_registry import PromptRegistry
 from schemas.requests import EnqueueOptions, GenerationRequest, RoutingDecision

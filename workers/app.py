@@ -11,8 +11,8 @@ from schemas.errors import DatabaseUnavailable
 from schemas.jobs import could_be_job_id
 from schemas.queues import GENERATE_TASK, celery_config, kombu_queues
 from schemas.settings import Settings
-from workers.runner import run_job
-from workers.runtime import WorkerRuntime
+from workers.job_runner import run_job
+from workers.worker_runtime import WorkerRuntime
 from workers.transport import transport_path
 
 log = logging.getLogger(__name__)

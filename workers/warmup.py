@@ -17,7 +17,7 @@ from workers.background import BackgroundLoop
 from workers.engine.base import Engine, SamplingOptions
 from workers.jobs import claim_job
 from workers.prefix import PrefixCacheStats
-from workers.runtime import WorkerRuntime
+from workers.worker_runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)
 

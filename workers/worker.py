@@ -27,8 +27,8 @@ from workers.metrics import WorkerMetrics
 from workers.models import resolve_model
 from workers.reaper import Reaper, ReaperThread
 from workers.registry import WorkerRegistration
-from workers.running import CancelListener
-from workers.runtime import WorkerRuntime
+from workers.running_jobs import CancelListener
+from workers.worker_runtime import WorkerRuntime
 from workers.transport import job_ids_in_broker, restore_held
 from workers.warmup import KeepWarm, warm_job_path, warm_up
 

@@ -10,7 +10,7 @@ from tokenizers import Tokenizer
 
 from producer.router.artifact import RouterArtifact
 from producer.router.embedding import StaticEmbedder
-from producer.router.train import TIERS, Matrix, softmax
+from producer.router.softmax_head import TIERS, Matrix, softmax
 from schemas.queues import Tier
 
 

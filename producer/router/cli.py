@@ -45,14 +45,14 @@ def register_router(commands: Any) -> None:
 
 
 def _router() -> Any:
-    from producer.routing import Router
+    from producer.router.route import Router
     from schemas.settings import Settings
 
     return Router(Settings.from_env())
 
 
 def _route(args: argparse.Namespace) -> int:
-    from producer.routing import Router
+    from producer.router.route import Router
     from schemas.requests import GenerationRequest
 
     router: Router = _router()

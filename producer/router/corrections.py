@@ -6,7 +6,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from producer.router.dataset import Example
-from producer.routing import routing_text
+from producer.router.route import routing_text
 from schemas.boundary import database_boundary
 from schemas.errors import JobNotFound
 from schemas.queues import Tier

@@ -5,7 +5,7 @@ from __future__ import annotations
 from producer.router.classifier import DifficultyClassifier
 from producer.router.dataset import Example
 from producer.router.policy import PolicyConfig, apply_policy
-from producer.router.train import Evaluation, evaluate
+from producer.router.softmax_head import Evaluation, evaluate
 
 
 def evaluate_router(

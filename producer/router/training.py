@@ -22,7 +22,7 @@ from producer.router.distill import contextual_vectors, distill, teacher_dir
 from producer.router.embedding import StaticEmbedder
 from producer.router.evaluation import evaluate_router
 from producer.router.policy import PolicyConfig
-from producer.router.train import TIERS, HeadConfig, Matrix, train_head
+from producer.router.softmax_head import TIERS, HeadConfig, Matrix, train_head
 from schemas.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from schemas.queues import Priority, Tier
 from schemas.settings import Settings, TierConfig
 from tests.gateway_server import running_gateway
 from tests.integration.test_runner import ScriptedEngine, runtime_for
-from workers.runner import run_job
+from workers.job_runner import run_job
 
 pytestmark = pytest.mark.integration
 

@@ -25,7 +25,7 @@ from tests.conftest import job_row
 from tests.integration.test_recovery import REQUEST, SentJobs, die_mid_stream, reaper_for
 from tests.integration.test_runner import ScriptedEngine, runtime_for
 from workers.app import make_app
-from workers.runner import run_job
+from workers.job_runner import run_job
 from workers.transport import job_ids_in_broker, restore_held
 
 pytestmark = pytest.mark.integration

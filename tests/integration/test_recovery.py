@@ -24,11 +24,11 @@ from schemas.settings import Settings
 from schemas.tables import Job
 from tests.conftest import job_row
 from tests.integration.test_runner import ScriptedEngine, runtime_for
+from workers.job_runner import run_job
 from workers.jobs import claim_job
 from workers.publisher import StreamPublisher
 from workers.reaper import Reaper
-from workers.runner import run_job
-from workers.running import CancelListener
+from workers.running_jobs import CancelListener
 
 pytestmark = pytest.mark.integration
 

@@ -9,8 +9,8 @@ import pytest
 import redis
 
 from producer.client import Client
+from producer.router.route import Router
 from producer.router.training import train_router
-from producer.routing import Router
 from schemas.queues import (
     ROUTING_COUNTS_KEY,
     SERVICE_MS_KEY,

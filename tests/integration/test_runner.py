@@ -24,8 +24,8 @@ from schemas.prompt_registry import PromptCatalog
 from schemas.queues import Tier, event_log_key
 from schemas.settings import Settings
 from workers.engine.base import Delta, SamplingOptions
-from workers.runner import run_job
-from workers.runtime import WorkerRuntime
+from workers.job_runner import run_job
+from workers.worker_runtime import WorkerRuntime
 
 pytestmark = pytest.mark.integration
 

@@ -27,10 +27,10 @@ from schemas.queues import Priority, Tier, queue_name
 from schemas.settings import Settings
 from tests.integration.test_runner import ScriptedEngine, runtime_for
 from workers.app import make_app
+from workers.job_runner import run_job
 from workers.publisher import StreamPublisher
-from workers.runner import run_job
-from workers.runtime import WorkerRuntime
 from workers.transport import TolerantSentinelTransport
+from workers.worker_runtime import WorkerRuntime
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

@@ -15,7 +15,7 @@ from producer.router.artifact import (
 from producer.router.classifier import DifficultyClassifier, Prediction
 from producer.router.embedding import MAX_TOKENS, StaticEmbedder
 from producer.router.policy import PolicyConfig, apply_policy
-from producer.router.train import evaluate
+from producer.router.softmax_head import evaluate
 from schemas.errors import ConfigError
 from schemas.queues import Tier
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from producer.routing import Router
+from producer.router.route import Router
 from producer.submission import prepare_submission
 from schemas.errors import InvalidRequest, PromptTooLong
 from schemas.prompt_registry import PromptRegistry

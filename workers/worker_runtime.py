@@ -15,7 +15,7 @@ from schemas.settings import Settings
 from workers.engine.base import Engine
 from workers.metrics import WorkerMetrics
 from workers.prefix import PrefixCacheStats
-from workers.running import RunningJobs
+from workers.running_jobs import RunningJobs
 
 
 @dataclass(frozen=True)

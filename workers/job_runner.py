@@ -28,8 +28,8 @@ from workers.jobs import (
     with_db_retry,
 )
 from workers.publisher import StreamPublisher
-from workers.running import RunningJob, StopReason
-from workers.runtime import WorkerRuntime
+from workers.running_jobs import RunningJob, StopReason
+from workers.worker_runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)
 
