@@ -12,8 +12,8 @@ from schemas.jobs import could_be_job_id
 from schemas.queues import GENERATE_TASK, celery_config, kombu_queues
 from schemas.settings import Settings
 from workers.job_runner import run_job
-from workers.worker_runtime import WorkerRuntime
 from workers.transport import transport_path
+from workers.worker_runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)
 

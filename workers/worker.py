@@ -28,9 +28,9 @@ from workers.models import resolve_model
 from workers.reaper import Reaper, ReaperThread
 from workers.registry import WorkerRegistration
 from workers.running_jobs import CancelListener
-from workers.worker_runtime import WorkerRuntime
 from workers.transport import job_ids_in_broker, restore_held
 from workers.warmup import KeepWarm, warm_job_path, warm_up
+from workers.worker_runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)
 
