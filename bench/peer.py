@@ -131,8 +131,6 @@ def vllm_flags(arguments: dict[str, Any]) -> list[str]:
         flag = "--" + name.replace("_", "-")
         if isinstance(value, bool):
             flags.append(flag if value else "--no-" + flag.removeprefix("--"))
-        elif name == "disable_log_stats":
-            continue
         else:
             flags += [flag, str(value)]
     return flags

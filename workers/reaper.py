@@ -34,7 +34,14 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from schemas.jobs import EXPIRED_MESSAGE, JobStatus
-from schemas.queues import KNOWN_WORKERS_KEY, Priority, Tier, worker_key
+from schemas.queues import (
+    KNOWN_WORKERS_KEY,
+    LOST_MESSAGE_SWEEP_LOCK_KEY,
+    Priority,
+    Tier,
+    queues_kept_key,
+    worker_key,
+)
 from schemas.tables import Job, utcnow
 from workers.background import BackgroundLoop
 from workers.publisher import StreamPublisher
@@ -45,13 +52,11 @@ REAP_INTERVAL_S = 1.0
 # Longer than a few missed heartbeats, so a Redis restart (which drops every
 # registry entry until the next heartbeat) does not look like dead workers.
 MISSING_GRACE_S = 2.0
-KEPT_KEY = "llmq:queues-kept:{tier}"
 
 # A queued job older than this with no message anywhere lost it: the periodic sweep
 # sends it again (a worker's death triggers the sweep at once).
 LOST_MESSAGE_AGE_S = 10.0
 SWEEP_INTERVAL_S = 60.0
-SWEEP_LOCK_KEY = "llmq:lock:lost-message-sweep"
 
 SendJob = Callable[[str, Tier, Priority], None]
 FindMessages = Callable[[], set[str]]
@@ -123,7 +128,9 @@ class Reaper:
         """
         if self.messages_in_broker is None:
             return 0
-        periodic = self.redis.set(SWEEP_LOCK_KEY, "1", nx=True, ex=int(self.sweep_interval_s))
+        periodic = self.redis.set(
+            LOST_MESSAGE_SWEEP_LOCK_KEY, "1", nx=True, ex=int(self.sweep_interval_s)
+        )
         if not (now_due or periodic):
             return 0
         queued = queued_rows_before(self.sessions, age_s=1.0 if now_due else LOST_MESSAGE_AGE_S)
@@ -188,7 +195,7 @@ class Reaper:
     def _reconcile_tier(self, tier: Tier) -> int:
         # The marker has no TTL: it is missing only when Redis lost its data (or is
         # new), and then the queues went with it.
-        marker = KEPT_KEY.format(tier=tier.value)
+        marker = queues_kept_key(tier)
         if not self.redis.set(marker, "1", nx=True):
             return 0
         try:

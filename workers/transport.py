@@ -31,12 +31,10 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from kombu.utils.json import dumps
 
-from schemas.queues import KNOWN_WORKERS_KEY, all_queues, held_key
+from schemas.queues import DROPPED_MESSAGES_KEY, KNOWN_WORKERS_KEY, all_queues, held_key
 from workers.envelope import envelope_problem, is_job_queue
 
 log = logging.getLogger(__name__)
-
-DROPPED_COUNTER = "llmq:stats:dropped_messages"
 
 
 class TolerantQoS(kombu_redis.QoS):
@@ -125,7 +123,7 @@ class TolerantChannel(kombu_redis.Channel):
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             # The entry was already popped; nothing else can be done with it.
             log.error("dropped a malformed queue entry (%s: %s)", exc.__class__.__name__, exc)
-            self.client.incr(DROPPED_COUNTER)
+            self.client.incr(DROPPED_MESSAGES_KEY)
             return True
 
 
@@ -143,7 +141,7 @@ class TolerantRedisTransport(kombu_redis.Transport):
         # Popped already: dropping it is all that is left, and it must not reach Celery.
         log.error("dropped a queue entry on %s: %s", queue, problem)
         for channel in self.channels:
-            channel.client.incr(DROPPED_COUNTER)
+            channel.client.incr(DROPPED_MESSAGES_KEY)
             break
 
 

@@ -63,11 +63,3 @@ def test_redis_key_names_stay_as_deployments_wrote_them() -> None:
     assert queues.ROUTING_COUNTS_KEY == "llmq:stats:routing"
     assert queues.DROPPED_MESSAGES_KEY == "llmq:stats:dropped_messages"
     assert queues.LOST_MESSAGE_SWEEP_LOCK_KEY == "llmq:lock:lost-message-sweep"
-
-
-def test_workers_use_the_shared_key_names() -> None:
-    from workers import reaper, transport
-
-    assert reaper.KEPT_KEY.format(tier="small") == queues.queues_kept_key(Tier.SMALL)
-    assert reaper.SWEEP_LOCK_KEY == queues.LOST_MESSAGE_SWEEP_LOCK_KEY
-    assert transport.DROPPED_COUNTER == queues.DROPPED_MESSAGES_KEY
