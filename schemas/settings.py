@@ -38,6 +38,10 @@ class TierConfig(BaseModel):
     block_size: int | None = Field(
         default=None, ge=1, description="KV-cache block in tokens; None: 32 on CPU, vLLM's on GPU"
     )
+    scheduling_policy: Literal["priority", "fcfs"] = Field(
+        default="priority",
+        description="priority: the engine admits waiting interactive requests before batch",
+    )
     concurrency: int = Field(default=16, ge=1, le=1024, description="Jobs a worker runs at once")
     reserved_interactive_slots: int | None = Field(
         default=None,

@@ -18,7 +18,7 @@ from schemas.jobs import CANCELLED_MESSAGE, JobStatus
 from schemas.queues import SERVICE_MS_KEY, Priority
 from schemas.requests import GenerationRequest
 from schemas.tables import utcnow
-from workers.engine.base import SamplingOptions
+from workers.engine.base import BACKGROUND_PRIORITY, INTERACTIVE_PRIORITY, SamplingOptions
 from workers.jobs import (
     ClaimedJob,
     claim_job,
@@ -193,6 +193,9 @@ def generate(
         stop=tuple(request.stop),
         seed=request.seed,
         stream_tokens=claimed.priority == Priority.INTERACTIVE.value,
+        priority=INTERACTIVE_PRIORITY
+        if claimed.priority == Priority.INTERACTIVE.value
+        else BACKGROUND_PRIORITY,
     )
     # Elapsed time is measured on the monotonic clock from the claim on.
     claim_offset_ms = elapsed_ms(claimed.created_at, claimed.started_at)

@@ -14,7 +14,7 @@ import time
 from schemas.prompt_registry import PromptCatalog, SystemPrompt
 from schemas.queues import Tier
 from workers.background import BackgroundLoop
-from workers.engine.base import Engine, SamplingOptions
+from workers.engine.base import BACKGROUND_PRIORITY, Engine, SamplingOptions
 from workers.jobs import claim_job
 from workers.prefix import PrefixCacheStats
 from workers.worker_runtime import WorkerRuntime
@@ -96,7 +96,8 @@ def warm_job_path(runtime: WorkerRuntime) -> None:
 
 def _generate(engine: Engine, messages: list[dict[str, str]], request_id: str, tokens: int) -> None:
     prompt = engine.render_chat(messages)
-    options = SamplingOptions(max_tokens=tokens, temperature=0.0)
+    # Prefills run beside live work once the worker serves: never ahead of a person.
+    options = SamplingOptions(max_tokens=tokens, temperature=0.0, priority=BACKGROUND_PRIORITY)
     for _ in engine.stream(prompt, options, request_id):
         pass
 

@@ -23,7 +23,7 @@ from schemas.jobs import JobStatus
 from schemas.prompt_registry import PromptCatalog
 from schemas.queues import Tier, event_log_key
 from schemas.settings import Settings
-from workers.engine.base import Delta, SamplingOptions
+from workers.engine.base import BACKGROUND_PRIORITY, INTERACTIVE_PRIORITY, Delta, SamplingOptions
 from workers.job_runner import run_job
 from workers.worker_runtime import WorkerRuntime
 
@@ -254,3 +254,20 @@ def test_a_dead_engine_fails_the_job_and_stops_the_worker(integration_settings: 
         with pytest.raises(JobFailed, match="the worker is restarting"):
             handle.result(timeout=5)
     assert stopped == [True]
+
+
+def test_interactive_jobs_ask_the_engine_for_its_first_place(
+    integration_settings: Settings,
+) -> None:
+    engine = ScriptedEngine(["ok"])
+    runtime = runtime_for(integration_settings, engine)
+    with Client(integration_settings) as client:
+        urgent = client.submit("Where is my order?")
+        bulk = client.submit("Summarise the day", priority="batch")
+        run_job(runtime, bulk.job_id)
+        run_job(runtime, urgent.job_id)
+    assert [options.priority for options in engine.seen] == [
+        BACKGROUND_PRIORITY,
+        INTERACTIVE_PRIORITY,
+    ]
+    assert INTERACTIVE_PRIORITY < BACKGROUND_PRIORITY  # lower is scheduled first

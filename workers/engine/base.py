@@ -20,6 +20,15 @@ class SamplingOptions:
     stream_tokens: bool = True
     """False: the engine hands over the whole text at the end, which spares the worker
     per-token work (batch jobs, for which nobody waits token by token)."""
+    priority: int = 0
+    """Lower is scheduled first (with the tier's ``scheduling_policy`` "priority"): a
+    waiting interactive request (0) is admitted into the running batch before waiting
+    batch work and prefills (1), and batch sequences are preempted first when the KV
+    cache runs short."""
+
+
+INTERACTIVE_PRIORITY = 0
+BACKGROUND_PRIORITY = 1
 
 
 @dataclass(frozen=True)

@@ -101,9 +101,15 @@ class VllmEngine:
         future = asyncio.run_coroutine_threadsafe(
             self._pump(prompt_token_ids, options, request_id, deltas), self._loop
         )
+        pending: Any = None
         try:
             while True:
-                item = _next_delta(deltas, stop, lambda: self._closed)
+                item = (
+                    pending
+                    if pending is not None
+                    else _next_delta(deltas, stop, lambda: self._closed)
+                )
+                pending = None
                 if item is _END or item is _STOPPED:
                     return
                 if item is _CLOSED:
@@ -113,6 +119,7 @@ class VllmEngine:
                         self.dead = True
                         raise EngineDead(f"the engine process died: {item}") from item
                     raise EngineError(f"generation failed: {item}") from item
+                item, pending = _coalesce(item, deltas)
                 yield item
         finally:
             # Cancelling the coroutine makes vLLM abort the request and free its slot.
@@ -130,7 +137,10 @@ class VllmEngine:
         completion_tokens = 0
         try:
             async for output in self._engine.generate(
-                {"prompt_token_ids": prompt_token_ids}, sampling_params(options), request_id
+                {"prompt_token_ids": prompt_token_ids},
+                sampling_params(options),
+                request_id,
+                priority=options.priority,
             ):
                 completion = output.outputs[0]
                 completion_tokens += len(completion.token_ids)
@@ -179,6 +189,34 @@ _CLOSED = object()
 STOP_POLL_S = 0.1
 
 
+def _coalesce(first: Delta, deltas: queue.SimpleQueue[Any]) -> tuple[Delta, Any]:
+    """``first`` merged with the deltas already waiting behind it, and the first item
+    that is not one (or None).
+
+    When this thread falls behind the engine (a busy host, many streams), one publish
+    then carries several tokens instead of one Redis round trip and one reader wake-up
+    each; when it keeps up, nothing waits and nothing changes.
+    """
+    merged = first
+    while not merged.finished:
+        try:
+            item = deltas.get_nowait()
+        except queue.Empty:
+            return merged, None
+        if not isinstance(item, Delta):
+            return merged, item
+        merged = Delta(
+            text=merged.text + item.text,
+            completion_tokens=item.completion_tokens,
+            finished=item.finished,
+            finish_reason=item.finish_reason or merged.finish_reason,
+            cached_tokens=merged.cached_tokens
+            if merged.cached_tokens is not None
+            else item.cached_tokens,
+        )
+    return merged, None
+
+
 def _next_delta(
     deltas: queue.SimpleQueue[Any], stop: threading.Event | None, closed: Callable[[], bool]
 ) -> Any:
@@ -221,6 +259,9 @@ def engine_arguments(model_path: str, config: TierConfig) -> dict[str, Any]:
         "enforce_eager": enforce_eager,
         "enable_prefix_caching": True,
         "max_num_seqs": max(config.concurrency, 1),
+        # Interactive requests jump the engine's waiting queue (SamplingOptions.priority);
+        # with one priority in use this schedules exactly as first-come-first-served.
+        "scheduling_policy": config.scheduling_policy,
         "disable_log_stats": True,
     }
 
