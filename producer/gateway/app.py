@@ -33,7 +33,12 @@ from producer.gateway.guard import FrontDoor
 from producer.gateway.keys import KEY_CACHE_S, KeyIdentity, authenticate, hash_secret
 from producer.gateway.metrics import GatewayMetrics
 from producer.gateway.queue_metrics import QueueCollector
-from producer.gateway.ratelimit import auth_blocked, over_limit, record_auth_failure
+from producer.gateway.ratelimit import (
+    auth_blocked,
+    known_key_limits,
+    over_limit,
+    record_auth_failure,
+)
 from producer.gateway.sse import sse_events
 from schemas.errors import LlmqError
 from schemas.queues import Priority, Tier
@@ -95,13 +100,16 @@ class Gateway:
         a missing or invalid key.
         """
         limit = self.settings.auth_failures_per_min
+        scheme, _, secret = authorization.partition(" ")
+        known = self._cached_key(secret.strip()) if scheme.lower() == "bearer" else None
+        if known is not None:
+            return await self._admit_known(known, address)
         blocked = await auth_blocked(self.client.redis, address, limit)
         if blocked is not None:
             raise GatewayError(
                 f"too many failed authentications from this address (limit {limit}/min)",
                 rate_limited(blocked),
             )
-        scheme, _, secret = authorization.partition(" ")
         if scheme.lower() != "bearer" or not secret.strip():
             await record_auth_failure(self.client.redis, address)
             raise GatewayError("missing API key: send Authorization: Bearer <key>", UNAUTHORIZED)
@@ -117,13 +125,44 @@ class Gateway:
             )
         return identity
 
+    async def _admit_known(self, identity: KeyIdentity, address: str) -> KeyIdentity:
+        """A valid key's login and rate limits, both in one Redis round trip."""
+        blocked, wait = await known_key_limits(
+            self.client.redis,
+            address=address,
+            auth_failures_per_min=self.settings.auth_failures_per_min,
+            key_id=identity.id,
+            requests_per_min=identity.rate_limit_per_min,
+        )
+        if blocked is not None:
+            raise GatewayError(
+                "too many failed authentications from this address "
+                f"(limit {self.settings.auth_failures_per_min}/min)",
+                rate_limited(blocked),
+            )
+        if wait is not None:
+            raise GatewayError(
+                f"rate limit of {identity.rate_limit_per_min} requests/min exceeded",
+                rate_limited(wait),
+            )
+        return identity
+
+    def _cached_key(self, secret: str) -> KeyIdentity | None:
+        """The identity of a key checked less than ``key_cache_s`` ago, else None."""
+        if not secret:
+            return None
+        cached = self._keys.get(hash_secret(secret))
+        if cached is not None and time.monotonic() - cached[1] < self.key_cache_s:
+            return cached[0]
+        return None
+
     async def _authenticate(self, secret: str) -> KeyIdentity | None:
         # Known keys are remembered briefly: a database round trip per call would be
         # most of what the gateway adds to a first token. Revocation lands within the TTL.
+        cached = self._cached_key(secret)
+        if cached is not None:
+            return cached
         digest = hash_secret(secret)
-        cached = self._keys.get(digest)
-        if cached is not None and time.monotonic() - cached[1] < self.key_cache_s:
-            return cached[0]
         self._keys.pop(digest, None)
         identity = await asyncio.to_thread(authenticate, self.client.sessions, secret)
         if identity is not None:

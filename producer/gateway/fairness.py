@@ -3,8 +3,11 @@
 Two limits per key, both refused with 429 and ``Retry-After``:
 
 * **active jobs** (queued plus running), counted from the job table with one indexed
-  ``COUNT`` at submit, plus the submits of that key this gateway has in flight (so a
-  burst of concurrent calls cannot all pass one stale count);
+  ``COUNT``, plus the submits of that key this gateway has in flight (so a burst of
+  concurrent calls cannot all pass one stale count). The count is read at most once a
+  second per key, and counts up with every submit in between (so it errs high, never
+  low); a key that looks at its limit is counted afresh before it is refused. The
+  database round trip stays off nearly every request's first-token path;
 * **open streams**, a Redis sorted set of stream leases per key shared by every
   gateway; each lease carries an expiry, so a gateway that dies holding streams frees
   them after the longest a stream may last instead of never.
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -36,13 +40,19 @@ from schemas.tables import Job
 ACTIVE_JOBS_RETRY_S = 5
 OPEN_STREAMS_RETRY_S = 5
 
-# KEYS[1]: the key's stream leases. ARGV: now (ms), lease expiry (ms), lease id, limit.
-# Returns 1 if the lease was taken, 0 if the key already holds ``limit`` streams.
+ACTIVE_COUNT_FRESH_S = 1.0
+
+# KEYS[1]: the key's stream leases. ARGV: lease length (ms), lease id, limit. Redis's
+# own clock dates the lease (one round trip, no gateway clock). Returns 1 if the lease
+# was taken, 0 if the key already holds ``limit`` streams.
 _TAKE_STREAM = """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return 0 end
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[3])
-redis.call('PEXPIREAT', KEYS[1], ARGV[2])
+local now_parts = redis.call('TIME')
+local now = tonumber(now_parts[1]) * 1000 + math.floor(tonumber(now_parts[2]) / 1000)
+local expiry = now + tonumber(ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
+redis.call('ZADD', KEYS[1], expiry, ARGV[2])
+redis.call('PEXPIREAT', KEYS[1], expiry)
 return 1
 """
 
@@ -79,14 +89,17 @@ class KeyFairness:
         self.max_open_streams = max_open_streams
         self.stream_lease_s = stream_lease_s
         self._submitting: dict[str, int] = {}
+        self._counted: dict[str, tuple[int, float]] = {}
 
     @asynccontextmanager
     async def submitting(self, key_id: str) -> AsyncIterator[None]:
         """Hold a place for one submit of ``key_id``; raises 429 if the key is at its limit."""
         self._submitting[key_id] = self._submitting.get(key_id, 0) + 1
         try:
-            active = await asyncio.to_thread(count_active_jobs, self._sessions(), key_id)
             # This submit and the others in flight are not in the table yet.
+            active = await self._active_jobs(key_id, fresh=False)
+            if active + self._submitting[key_id] > self.max_active_jobs:
+                active = await self._active_jobs(key_id, fresh=True)
             if active + self._submitting[key_id] > self.max_active_jobs:
                 raise GatewayError(
                     f"this API key has {active} queued or running jobs, its limit is "
@@ -94,10 +107,22 @@ class KeyFairness:
                     rate_limited(ACTIVE_JOBS_RETRY_S),
                 )
             yield
+            count, counted_at = self._counted[key_id]
+            self._counted[key_id] = (count + 1, counted_at)
         finally:
             self._submitting[key_id] -= 1
             if not self._submitting[key_id]:
                 del self._submitting[key_id]
+
+    async def _active_jobs(self, key_id: str, *, fresh: bool) -> int:
+        """The key's active jobs: from the table, or counted up from a read under a second old."""
+        now = time.monotonic()
+        cached = self._counted.get(key_id)
+        if not fresh and cached is not None and now - cached[1] < ACTIVE_COUNT_FRESH_S:
+            return cached[0]
+        count = await asyncio.to_thread(count_active_jobs, self._sessions(), key_id)
+        self._counted[key_id] = (count, now)
+        return count
 
     async def open_stream(self, key_id: str) -> Callable[[], Awaitable[None]]:
         """Take one of the key's stream slots; returns the function that gives it back.
@@ -108,14 +133,11 @@ class KeyFairness:
         lease = secrets.token_hex(8)
         set_key = open_streams_key(key_id)
         try:
-            seconds, micros = await client.time()
-            now_ms = int(seconds) * 1000 + int(micros) // 1000
             taken = await client.eval(
                 _TAKE_STREAM,
                 1,
                 set_key,
-                now_ms,
-                now_ms + int(self.stream_lease_s * 1000),
+                int(self.stream_lease_s * 1000),
                 lease,
                 self.max_open_streams,
             )

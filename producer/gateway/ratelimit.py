@@ -85,3 +85,44 @@ async def record_auth_failure(client: aioredis.Redis, address: str) -> None:
     await sliding_window(
         client, auth_failure_key(address), limit=0, window_ms=WINDOW_S * 1000, mode="record"
     )
+
+
+async def known_key_limits(
+    client: aioredis.Redis,
+    *,
+    address: str,
+    auth_failures_per_min: int,
+    key_id: str,
+    requests_per_min: int,
+) -> tuple[int | None, int | None]:
+    """:func:`auth_blocked` and :func:`over_limit` in one round trip, for a key already
+    known to be valid (the common case: it sits on every request's first-token path)."""
+    window_ms = WINDOW_S * 1000
+    pipe = client.pipeline(transaction=False)
+    pipe.eval(
+        _SLIDING_WINDOW,
+        1,
+        auth_failure_key(address),
+        window_ms,
+        auth_failures_per_min,
+        "check",
+        secrets.token_hex(8),
+    )
+    pipe.eval(
+        _SLIDING_WINDOW,
+        1,
+        rate_limit_key(key_id),
+        window_ms,
+        requests_per_min,
+        "hit",
+        secrets.token_hex(8),
+    )
+    try:
+        blocked, waited = await pipe.execute()
+    except RedisError as exc:
+        raise BrokerUnavailable("Redis is unreachable; the request was not served") from exc
+    return _seconds(int(blocked)), _seconds(int(waited))
+
+
+def _seconds(millis: int) -> int | None:
+    return None if millis == 0 else max(1, -(-millis // 1000))
