@@ -123,6 +123,8 @@ def test_a_prompt_too_long_for_the_context_fails_with_a_clear_error(client: Clie
         priority=Priority.INTERACTIVE,
         idempotency_key=None,
     )
-    Enqueuer(client.settings).enqueue(job.id, tier=Tier.SMALL, priority=Priority.INTERACTIVE)
+    Enqueuer(client.settings, client.redis).enqueue(
+        job.id, tier=Tier.SMALL, priority=Priority.INTERACTIVE
+    )
     with pytest.raises(JobFailed, match="exceeds the small tier's context window of 4096 tokens"):
         client.handle(job.id).result(timeout=120)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from producer.limits import check_fits, conservative_token_count
+from producer.limits import _warn_estimating, check_fits, conservative_token_count
 from schemas.errors import PromptTooLong
 from schemas.queues import Tier
 from schemas.requests import GenerationRequest
@@ -40,6 +40,7 @@ def test_a_hub_model_without_a_tokenizer_still_refuses_an_oversized_prompt(
 ) -> None:
     settings = settings_for(tmp_path, model=HUB_MODEL, max_model_len=4096)
     assert settings.model_dir(Tier.LARGE) is None  # nothing of the model on this host
+    _warn_estimating.cache_clear()  # announced once per tier and process: maybe already
     with (
         caplog.at_level(logging.WARNING, logger="producer.limits"),
         pytest.raises(PromptTooLong, match="large tier's context window of 4096"),
