@@ -6,6 +6,7 @@ import statistics
 import time
 from typing import Any
 
+from bench.harness import percentile
 from producer.router.classifier import DifficultyClassifier
 from producer.router.dataset import load_examples
 from producer.router.evaluation import evaluate_router
@@ -37,7 +38,7 @@ def run_classifier_bench(
         "bench": "classifier",
         "n": samples,
         "p50_ms": round(statistics.median(timings), 3),
-        "p99_ms": round(timings[int(0.99 * (len(timings) - 1))], 3),
+        "p99_ms": round(percentile(timings, 99), 3),
         "accuracy": round(quality.accuracy, 4),
         "large_recall": round(quality.recall["large"], 4),
         "validation_examples": len(validation),
