@@ -28,7 +28,7 @@ from bench.fuzz import find_request_crashes, push_raw_payloads
 from bench.fuzz import fuzz_cases as draw_fuzz_cases
 from bench.harness import percentile
 from bench.redis_server import RedisServer
-from bench.sentinel_lab import SentinelLab, failover_phase, sentinel_lab
+from bench.sentinel_lab import SentinelLab, failover_phase, sentinel_lab, terminal_events
 from producer.client import Client
 from schemas.errors import BrokerUnavailable, EngineError, JobFailed, JobTimeout, LlmqError
 from schemas.events import (
@@ -37,7 +37,6 @@ from schemas.events import (
     FinalEvent,
     TokenEvent,
     is_terminal,
-    parse_event,
 )
 from schemas.jobs import JobStatus
 from schemas.queues import Priority, Tier, event_log_key, held_key, queue_name
@@ -415,8 +414,7 @@ def _score(lab: Lab, client: Client, listener: Listener, report: KillReport) -> 
 
 
 def _terminal_events_in_log(client: Client, job_id: str) -> int:
-    raw_events = client.redis.lrange(event_log_key(job_id), 0, -1)
-    return sum(is_terminal(parse_event(raw)) for raw in raw_events)
+    return terminal_events(client.redis.lrange(event_log_key(job_id), 0, -1))
 
 
 @dataclass

@@ -125,7 +125,9 @@ class StreamTiming:
         return (self.total_ms - self.ttft_ms) / (self.chunks - 1)
 
 
-class _Clock:
+class StreamClock:
+    """Times one stream: call :meth:`text` on each piece of text, then :meth:`timing`."""
+
     def __init__(self) -> None:
         self.started = time.perf_counter()
         self.first: float | None = None
@@ -148,7 +150,7 @@ class _Clock:
 
 def direct_timing(engine: VllmEngine, request_id: str, max_tokens: int) -> StreamTiming:
     """A request straight into an engine in this process (prompt rendering included)."""
-    clock = _Clock()
+    clock = StreamClock()
     prompt = engine.render_chat([{"role": "user", "content": BENCH_PROMPT}])
     for delta in engine.stream(prompt, direct_options(max_tokens), request_id):
         if delta.text:
@@ -158,7 +160,7 @@ def direct_timing(engine: VllmEngine, request_id: str, max_tokens: int) -> Strea
 
 def queued_timing(rig: Rig, max_tokens: int) -> StreamTiming:
     """The same request through submit → Redis → worker → pub/sub → client."""
-    clock = _Clock()
+    clock = StreamClock()
     handle = rig.client.submit(request_fields(max_tokens), tier=rig.tier)
     for _chunk in handle.stream(timeout=300):
         clock.text()

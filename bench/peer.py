@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 
 from bench.gateway import gateway_process
-from bench.harness import BENCH_PROMPT, percentile, rounded
+from bench.harness import BENCH_PROMPT, StreamClock, StreamTiming, percentile, rounded
 from bench.redis_server import RedisServer, free_port
 from producer.gateway.keys import create_key
 from schemas.queues import Tier
@@ -190,27 +190,9 @@ def _stop_group(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
-@dataclass(frozen=True)
-class StreamTiming:
-    """One streamed answer as the client saw it."""
-
-    ttft_ms: float
-    total_ms: float
-    chunks: int
-
-    @property
-    def itl_ms(self) -> float | None:
-        if self.chunks < 2:
-            return None
-        return (self.total_ms - self.ttft_ms) / (self.chunks - 1)
-
-
 def stream_once(sdk: Any, model: str, max_tokens: int) -> StreamTiming:
     """One streamed chat completion, greedy, timed from the call to the last chunk."""
-    started = time.perf_counter()
-    first: float | None = None
-    last = started
-    chunks = 0
+    clock = StreamClock()
     stream = sdk.chat.completions.create(
         model=model,
         messages=[{"role": "user", "content": BENCH_PROMPT}],
@@ -220,12 +202,8 @@ def stream_once(sdk: Any, model: str, max_tokens: int) -> StreamTiming:
     )
     for chunk in stream:
         if chunk.choices and chunk.choices[0].delta.content:
-            last = time.perf_counter()
-            first = first or last
-            chunks += 1
-    if first is None:
-        raise RuntimeError("the server streamed no text")
-    return StreamTiming((first - started) * 1000.0, (last - started) * 1000.0, chunks)
+            clock.text()
+    return clock.timing()
 
 
 def _measure(sdk: Any, model: str, plan: PeerPlan, samples: SideSamples) -> None:
