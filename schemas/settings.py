@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -112,6 +113,44 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = Field(
         default="INFO", description="a worker's log level (Celery's and its own)"
     )
+
+    summary_tier: Tier = Field(
+        default=Tier.SMALL, description="the tier whose batch queue nightly summaries use"
+    )
+    summary_prompt: str = Field(
+        default="summarize", description="registered system prompt of summary jobs"
+    )
+    summary_max_tokens: int = Field(default=200, ge=16, description="tokens per summary step")
+    summary_context_tokens: int | None = Field(
+        default=None,
+        ge=64,
+        description="context one summary step may fill; None: the tier's max_model_len",
+    )
+    summary_max_attempts: int = Field(
+        default=3, ge=1, description="summary jobs tried per step before the summary fails"
+    )
+    summary_cron: str = Field(
+        default="0 2 * * *", description="when the nightly run starts (minute hour dom month dow)"
+    )
+    summary_timezone: str = Field(
+        default="UTC", description="time zone of summary_cron and of a summary's day"
+    )
+
+    @field_validator("summary_cron")
+    @classmethod
+    def _five_cron_fields(cls, value: str) -> str:
+        if len(value.split()) != 5:
+            raise ValueError("must have five fields: minute hour day-of-month month day-of-week")
+        return value
+
+    @field_validator("summary_timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r}") from None
+        return value
 
     @field_validator("tiers", mode="after")
     @classmethod

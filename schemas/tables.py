@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 from sqlalchemy import (
     JSON,
     Boolean,
+    Date,
     DateTime,
     Float,
+    ForeignKeyConstraint,
     Index,
     Integer,
     MetaData,
@@ -100,6 +102,90 @@ class ApiKey(Base):
     rate_limit_per_min: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Conversation(Base):
+    """A conversation, as one owner names it: its turns and nightly summaries hang off it.
+
+    Keyed by owner and the caller's id together: another key that uses the same id
+    has a conversation of its own and never sees or extends this one.
+    """
+
+    __tablename__ = "conversations"
+
+    owner: Mapped[str] = mapped_column(String(32), primary_key=True)
+    """The API key id (or client namespace) that submitted it; '' for none."""
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=utcnow, index=True
+    )
+
+
+class Turn(Base):
+    """One message of a conversation: a user message of a finished job, or its answer."""
+
+    __tablename__ = "turns"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    owner: Mapped[str] = mapped_column(String(32))
+    conversation_id: Mapped[str] = mapped_column(String(200))
+    job_id: Mapped[str] = mapped_column(String(32), index=True)
+    seq: Mapped[int] = mapped_column(Integer)
+    role: Mapped[str] = mapped_column(String(16))
+    content: Mapped[str] = mapped_column(Text)
+    tokens: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    __table_args__ = (
+        UniqueConstraint("owner", "conversation_id", "seq", name="uq_turns_conversation_seq"),
+        ForeignKeyConstraint(
+            ["owner", "conversation_id"],
+            ["conversations.owner", "conversations.id"],
+            name="fk_turns_conversation",
+            ondelete="CASCADE",
+        ),
+        Index("ix_turns_created_at", "created_at"),
+    )
+
+
+class Summary(Base):
+    """The summary of one conversation's day, written by the nightly run."""
+
+    __tablename__ = "summaries"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    owner: Mapped[str] = mapped_column(String(32))
+    conversation_id: Mapped[str] = mapped_column(String(200))
+    day: Mapped[date] = mapped_column(Date)
+    status: Mapped[str] = mapped_column(String(16))
+    """pending (steps running), done, or failed (``error`` says why)."""
+    text: Mapped[str | None] = mapped_column(Text)
+    tier: Mapped[str] = mapped_column(String(16))
+    model: Mapped[str] = mapped_column(String(200))
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    output_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    """Summary jobs that failed and were sent again."""
+    error: Mapped[str | None] = mapped_column(Text)
+    stage: Mapped[str | None] = mapped_column(String(16))
+    """The step in flight: map (chunks of a long conversation) or final."""
+    step_jobs: Mapped[list[str]] = mapped_column(JSON, default=list)
+    """Job ids of the step in flight, in chunk order."""
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        # One summary per conversation and day, whatever runs the night and how often.
+        UniqueConstraint("owner", "conversation_id", "day", name="uq_summaries_conversation_day"),
+        ForeignKeyConstraint(
+            ["owner", "conversation_id"],
+            ["conversations.owner", "conversations.id"],
+            name="fk_summaries_conversation",
+            ondelete="CASCADE",
+        ),
+        Index("ix_summaries_day_status", "day", "status"),
+    )
 
 
 metadata = Base.metadata
