@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
 
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from schemas.boundary import DATABASE_ERRORS, database_boundary, database_error
+from schemas.db_clock import db_now
 from schemas.errors import IdempotencyConflict, JobNotFound
 from schemas.events import ErrorEvent, FinalEvent, TerminalEvent, Timings, Usage
 from schemas.jobs import CANCELLED_MESSAGE, JobStatus, could_be_job_id
 from schemas.queues import Priority
 from schemas.requests import GenerationRequest, RoutingDecision
-from schemas.tables import Job, utcnow
+from schemas.tables import Job, as_utc, utcnow
 
 """The width of the id column."""
 
@@ -43,7 +43,6 @@ def insert_job(
     returned instead; for a different request ``IdempotencyConflict`` is raised. Raises
     ``DatabaseUnavailable`` if the database refuses.
     """
-    now = utcnow()
     job = Job(
         id=new_job_id(),
         idempotency_key=idempotency_key,
@@ -56,13 +55,19 @@ def insert_job(
         request=request.model_dump(mode="json"),
         attempts=0,
         owner=owner,
-        created_at=now,
-        deadline_at=None if deadline_s is None else now + timedelta(seconds=deadline_s),
     )
+    # Times come from the database's clock, which every worker reads too (schemas.db_clock).
+    columns = _columns(job) | {
+        "created_at": db_now(),
+        "deadline_at": None if deadline_s is None else db_now(deadline_s),
+    }
+    # A Core insert skips the unit of work; this sits on every submit's path.
+    statement = insert(Job).values(columns).returning(Job.created_at, Job.deadline_at)
     try:
         with sessions.begin() as session:
-            # A Core insert skips the unit of work; this sits on every submit's path.
-            session.execute(insert(Job), [_columns(job)])
+            times = session.execute(statement).one()
+        job.created_at = as_utc(times.created_at)
+        job.deadline_at = None if times.deadline_at is None else as_utc(times.deadline_at)
         return job, True
     except IntegrityError as exc:
         if idempotency_key is None:
@@ -129,7 +134,7 @@ def cancel_if_queued(sessions: sessionmaker[Session], job_id: str) -> bool:
     cancel = (
         update(Job)
         .where(Job.id == job_id, Job.status == JobStatus.QUEUED.value)
-        .values(status=JobStatus.CANCELLED.value, error=CANCELLED_MESSAGE, finished_at=utcnow())
+        .values(status=JobStatus.CANCELLED.value, error=CANCELLED_MESSAGE, finished_at=db_now())
         .returning(Job.id)
     )
     with database_boundary(f"cancel job {job_id}"), sessions.begin() as session:

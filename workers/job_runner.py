@@ -17,12 +17,10 @@ from schemas.events import Timings, Usage
 from schemas.jobs import CANCELLED_MESSAGE, JobStatus
 from schemas.queues import SERVICE_MS_KEY, Priority
 from schemas.requests import GenerationRequest
-from schemas.tables import utcnow
 from workers.engine.base import BACKGROUND_PRIORITY, INTERACTIVE_PRIORITY, SamplingOptions
 from workers.jobs import (
     ClaimedJob,
     claim_job,
-    elapsed_ms,
     fail_job,
     finish_job,
     with_db_retry,
@@ -107,9 +105,9 @@ def _finish(
 ) -> None:
     job_id = claimed.id
     timings = Timings(
-        queue_wait_ms=elapsed_ms(claimed.created_at, claimed.started_at),
+        queue_wait_ms=claimed.queue_wait_ms,
         ttft_ms=generation.ttft_ms,
-        total_ms=elapsed_ms(claimed.created_at, utcnow()),
+        total_ms=claimed.ms_since_created(),
     )
     usage = Usage(
         prompt_tokens=generation.prompt_tokens,
@@ -198,8 +196,8 @@ def generate(
         else BACKGROUND_PRIORITY,
     )
     # Elapsed time is measured on the monotonic clock from the claim on.
-    claim_offset_ms = elapsed_ms(claimed.created_at, claimed.started_at)
-    started = time.monotonic()
+    claim_offset_ms = claimed.queue_wait_ms
+    started = claimed.claimed_monotonic
     request_id = f"{claimed.id}-{claimed.attempt}"
     deltas = runtime.engine.stream(prompt_ids + resumed_ids, options, request_id, stop=running.stop)
     for delta in deltas:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeGuard
 
@@ -13,10 +14,12 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from schemas.boundary import database_boundary
+from schemas.db_clock import db_now
 from schemas.events import Timings, Usage
 from schemas.jobs import JobStatus
 from schemas.retry import retry_call
-from schemas.tables import Job, as_utc, utcnow
+from schemas.tables import Job, as_utc
+from workers.conversations import record_turns
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +35,17 @@ class ClaimedJob:
     started_at: datetime
     attempt: int
     deadline_at: datetime | None = None
+    claimed_monotonic: float = field(default_factory=time.monotonic)
+    """This host's monotonic clock at the claim: elapsed time from here on is read off it."""
+
+    @property
+    def queue_wait_ms(self) -> float:
+        """From enqueue to claim, both on the database's clock."""
+        return elapsed_ms(self.created_at, self.started_at)
+
+    def ms_since_created(self) -> float:
+        """From enqueue to now: the queue wait, then this host's monotonic clock."""
+        return self.queue_wait_ms + (time.monotonic() - self.claimed_monotonic) * 1000.0
 
 
 def claim_job(
@@ -42,20 +56,28 @@ def claim_job(
     Only a queued row can be claimed, so a redelivered message of a job that runs
     elsewhere or has ended is a no-op: one job never runs twice at once. (A job whose
     worker died is put back to queued by the reaper.) One ``UPDATE ... RETURNING``
-    round trip: it sits on every job's path to its first token.
+    round trip: it sits on every job's path to its first token. ``created_at``,
+    ``started_at`` and ``deadline_at`` all come from the database's clock, so the queue
+    wait and the time left are right whatever this host's clock says.
     """
-    now = utcnow()
     claim = (
         update(Job)
         .where(Job.id == job_id, Job.status == JobStatus.QUEUED.value)
         .values(
             status=JobStatus.RUNNING.value,
-            started_at=now,
+            started_at=db_now(),
             worker_id=worker_id,
             engine_warm=engine_warm,
             attempts=Job.attempts + 1,
         )
-        .returning(Job.request, Job.priority, Job.created_at, Job.attempts, Job.deadline_at)
+        .returning(
+            Job.request,
+            Job.priority,
+            Job.created_at,
+            Job.started_at,
+            Job.attempts,
+            Job.deadline_at,
+        )
     )
     with database_boundary(f"claim job {job_id}"), sessions.begin() as session:
         row = session.execute(claim).one_or_none()
@@ -66,7 +88,7 @@ def claim_job(
         request=dict(row.request),
         priority=row.priority,
         created_at=as_utc(row.created_at),
-        started_at=now,
+        started_at=as_utc(row.started_at),
         attempt=row.attempts,
         deadline_at=None if row.deadline_at is None else as_utc(row.deadline_at),
     )
@@ -97,7 +119,9 @@ def finish_job(
         job.cached_prompt_tokens = usage.cached_prompt_tokens
         job.ttft_ms = timings.ttft_ms
         job.total_ms = timings.total_ms
-        job.finished_at = utcnow()
+        job.finished_at = db_now()
+        # Same transaction: a job's turns exist exactly when its row says done.
+        record_turns(session, job, answer=text, answer_tokens=usage.completion_tokens)
     return True
 
 
@@ -119,7 +143,7 @@ def fail_job(
             return False
         job.status = status.value
         job.error = message
-        job.finished_at = utcnow()
+        job.finished_at = db_now()
     return True
 
 

@@ -26,13 +26,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
 
 import redis
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from schemas.db_clock import db_now
 from schemas.jobs import EXPIRED_MESSAGE, JobStatus
 from schemas.queues import (
     KNOWN_WORKERS_KEY,
@@ -42,7 +42,7 @@ from schemas.queues import (
     queues_kept_key,
     worker_key,
 )
-from schemas.tables import Job, utcnow
+from schemas.tables import Job
 from workers.background import BackgroundLoop
 from workers.publisher import StreamPublisher
 
@@ -239,9 +239,9 @@ def expire_overdue_jobs(sessions: sessionmaker[Session]) -> list[str]:
         .where(
             Job.status == JobStatus.QUEUED.value,
             Job.deadline_at.is_not(None),
-            Job.deadline_at < func.now(),
+            Job.deadline_at < db_now(),
         )
-        .values(status=JobStatus.EXPIRED.value, error=EXPIRED_MESSAGE, finished_at=utcnow())
+        .values(status=JobStatus.EXPIRED.value, error=EXPIRED_MESSAGE, finished_at=db_now())
         .returning(Job.id)
     )
     with sessions.begin() as session:
@@ -263,7 +263,7 @@ def queued_rows_before(
     sessions: sessionmaker[Session], *, age_s: float
 ) -> list[tuple[str, Tier, Priority]]:
     """Every queued job, of any tier, created at least ``age_s`` seconds ago."""
-    cutoff = utcnow() - timedelta(seconds=age_s)
+    cutoff = db_now(-age_s)
     query = select(Job.id, Job.tier, Job.priority).where(
         Job.status == JobStatus.QUEUED.value, Job.created_at <= cutoff
     )
@@ -281,7 +281,7 @@ def release_job(
     """Move a dead worker's running job to ``status``; False if the row changed meanwhile."""
     values: dict[str, object] = {"status": status.value}
     if status.is_final:
-        values |= {"error": error, "finished_at": utcnow()}
+        values |= {"error": error, "finished_at": db_now()}
     release = (
         update(Job)
         .where(

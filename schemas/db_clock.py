@@ -1,0 +1,65 @@
+"""The database's clock, as SQL: job times are read off one clock, not each host's.
+
+Producers and workers run on different hosts whose clocks drift apart. A deadline set
+by a producer whose clock runs a minute fast would give a worker a minute less; a queue
+wait measured across two clocks can come out negative. So every moment that another
+host compares against (``created_at``, ``started_at``, ``deadline_at``, ``finished_at``)
+is written as the database's own ``now``, and durations are measured between two such
+moments, or on one host's monotonic clock.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import DateTime, Float, bindparam
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
+
+
+class db_now(FunctionElement[datetime]):  # noqa: N801 (reads as the SQL function it is)
+    """The database's current time, plus ``seconds`` (a bound parameter) if given.
+
+    PostgreSQL: ``clock_timestamp()`` (the moment the statement runs, not the start of
+    its transaction). SQLite: ``strftime`` with milliseconds, in the text form
+    SQLAlchemy stores; SQLite is a local file, so its clock is the host's.
+    """
+
+    type = DateTime(timezone=True)
+    inherit_cache = True
+    name = "db_now"
+
+    def __init__(self, seconds: float | None = None) -> None:
+        clauses = () if seconds is None else (bindparam(None, float(seconds), type_=Float()),)
+        super().__init__(*clauses)
+
+
+@compiles(db_now)
+def _generic(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
+    return "CURRENT_TIMESTAMP"
+
+
+@compiles(db_now, "postgresql")
+def _postgresql(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
+    offset = _offset_param(element, compiler, **kw)
+    if offset is None:
+        return "clock_timestamp()"
+    return f"(clock_timestamp() + make_interval(secs => {offset}))"
+
+
+@compiles(db_now, "sqlite")
+def _sqlite(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
+    offset = _offset_param(element, compiler, **kw)
+    if offset is None:
+        return "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+    # SQLite's modifier is text: '+12.5 seconds'.
+    return f"strftime('%Y-%m-%d %H:%M:%f', 'now', printf('%+f seconds', {offset}))"
+
+
+def _offset_param(element: db_now, compiler: SQLCompiler, **kw: Any) -> str | None:
+    clauses = list(element.clauses)
+    if not clauses:
+        return None
+    return str(compiler.process(clauses[0], **kw))
