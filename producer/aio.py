@@ -46,6 +46,7 @@ class AsyncClient:
         owner: str | None = None,
         require_warm_worker: bool = False,
         deadline_s: float | None = None,
+        conversation_id: str | None = None,
     ) -> AsyncJobHandle:
         """See :meth:`producer.client.Client.submit`."""
         handle = await asyncio.to_thread(
@@ -58,6 +59,7 @@ class AsyncClient:
                 owner=owner,
                 require_warm_worker=require_warm_worker,
                 deadline_s=deadline_s,
+                conversation_id=conversation_id,
             )
         )
         return AsyncJobHandle(self, handle.job_id, handle.tier, handle.priority)

@@ -10,6 +10,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from producer.admission import WorkerDirectory, check_queue_depth
+from producer.conversations import with_conversation
 from producer.enqueue import Enqueuer
 from producer.jobs import (
     cancel_if_queued,
@@ -78,6 +79,7 @@ class Client:
         owner: str | None = None,
         require_warm_worker: bool = False,
         deadline_s: float | None = None,
+        conversation_id: str | None = None,
     ) -> JobHandle:
         """Validate, route, record and enqueue ``request``; return at once with a handle.
 
@@ -90,10 +92,15 @@ class Client:
         owner's key is not seen at all (no owner is one namespace of its own). With
         ``require_warm_worker`` the job is refused (``NoWarmWorker``) when no warm worker
         serves its tier. With ``deadline_s``, a job not finished that long after submit is
-        stopped (status failed, the reason on its row and stream). Raises
+        stopped (status failed, the reason on its row and stream). With
+        ``conversation_id`` the finished job's new turns (its user messages and the
+        answer) are kept in that conversation of ``owner``, for the nightly summaries.
+        Raises
         ``InvalidRequest``, ``PromptTooLong``, ``IdempotencyConflict``, ``QueueFull``,
         ``NoWarmWorker``, ``BrokerUnavailable`` or ``DatabaseUnavailable``.
         """
+        if conversation_id is not None:
+            request = with_conversation(request, conversation_id)
         submission = prepare_submission(
             request,
             tier=str(tier),

@@ -1,0 +1,98 @@
+"""Conversations as a producer sees them: tagging a request, reading turns and summaries.
+
+A conversation belongs to the owner that submitted its jobs (the gateway's API key
+id; '' for none). Every read here is scoped by owner: another owner's conversation of
+the same id does not exist for the caller.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from producer.submission import RequestLike, parse_request
+from schemas.boundary import database_boundary
+from schemas.errors import InvalidRequest, JobNotFound
+from schemas.requests import GenerationRequest
+from schemas.tables import Conversation, Summary, Turn
+
+
+class ConversationNotFound(JobNotFound):
+    """No conversation of that id for this owner (HTTP 404)."""
+
+
+def with_conversation(request: RequestLike, conversation_id: str) -> GenerationRequest:
+    """``request`` tagged with ``conversation_id``; raises ``InvalidRequest``.
+
+    A request that already names a different conversation is refused rather than
+    silently moved.
+    """
+    parsed = parse_request(request)
+    if parsed.conversation_id not in (None, conversation_id):
+        raise InvalidRequest(
+            f"the request names conversation {parsed.conversation_id!r} and the option "
+            f"{conversation_id!r}; give one"
+        )
+    return GenerationRequest.model_validate(
+        {**parsed.model_dump(), "conversation_id": conversation_id}
+    )
+
+
+def load_summaries(
+    sessions: sessionmaker[Session],
+    conversation_id: str,
+    *,
+    owner: str | None,
+    day: date | None = None,
+) -> list[Summary]:
+    """The conversation's summaries, oldest day first; raises ``ConversationNotFound``.
+
+    ``owner`` None is the owner-less namespace, not "any owner".
+    """
+    scope = owner or ""
+    with database_boundary("read the conversation's summaries"), sessions() as session:
+        exists = session.get(Conversation, (scope, conversation_id))
+        if exists is None:
+            raise ConversationNotFound(f"no conversation with id {conversation_id!r}")
+        query = select(Summary).where(
+            Summary.owner == scope, Summary.conversation_id == conversation_id
+        )
+        if day is not None:
+            query = query.where(Summary.day == day)
+        return list(session.scalars(query.order_by(Summary.day)))
+
+
+def load_turns(
+    sessions: sessionmaker[Session], conversation_id: str, *, owner: str | None
+) -> list[Turn]:
+    """The conversation's turns in order; raises ``ConversationNotFound``."""
+    scope = owner or ""
+    with database_boundary("read the conversation"), sessions() as session:
+        if session.get(Conversation, (scope, conversation_id)) is None:
+            raise ConversationNotFound(f"no conversation with id {conversation_id!r}")
+        return list(
+            session.scalars(
+                select(Turn)
+                .where(Turn.owner == scope, Turn.conversation_id == conversation_id)
+                .order_by(Turn.seq)
+            )
+        )
+
+
+def summary_view(summary: Summary) -> dict[str, object]:
+    """A summary as the gateway and ``llmq summaries show`` present it."""
+    return {
+        "conversation_id": summary.conversation_id,
+        "day": summary.day.isoformat(),
+        "status": summary.status,
+        "text": summary.text,
+        "tier": summary.tier,
+        "model": summary.model,
+        "usage": {"prompt_tokens": summary.prompt_tokens, "output_tokens": summary.output_tokens},
+        "attempts": summary.attempts,
+        "error": summary.error,
+        "created_at": summary.created_at.isoformat(),
+        "finished_at": summary.finished_at.isoformat() if summary.finished_at else None,
+    }
