@@ -81,6 +81,10 @@ class Job(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     deadline_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     """When the worker gives up on the job (the submitter's ``deadline_s``); None: no limit."""
+    batch_id: Mapped[str | None] = mapped_column(String(40), index=True)
+    """The batch this job answers one line of; None for a job submitted on its own."""
+    custom_id: Mapped[str | None] = mapped_column(String(200))
+    """The batch line's ``custom_id``, echoed in the batch's output."""
 
     __table_args__ = (
         Index("ix_jobs_status_created_at", "status", "created_at"),
@@ -186,6 +190,92 @@ class Summary(Base):
         ),
         Index("ix_summaries_day_status", "day", "status"),
     )
+
+
+class BatchFile(Base):
+    """A file of the Batch API: an uploaded JSONL input, or a batch's output or errors.
+
+    An input's lines are rows of ``batch_file_lines``; an output or error file has no
+    rows of its own: its content is made from the batch's job rows when it is read.
+    """
+
+    __tablename__ = "batch_files"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    owner: Mapped[str | None] = mapped_column(String(32), index=True)
+    purpose: Mapped[str] = mapped_column(String(16))
+    """batch (an upload), batch_output or batch_error."""
+    filename: Mapped[str] = mapped_column(String(255))
+    bytes: Mapped[int] = mapped_column(Integer, default=0)
+    lines: Mapped[int] = mapped_column(Integer, default=0)
+    batch_id: Mapped[str | None] = mapped_column(String(40))
+    """For an output or error file, the batch it belongs to."""
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class BatchFileLine(Base):
+    """One non-blank line of an uploaded batch file, kept as uploaded."""
+
+    __tablename__ = "batch_file_lines"
+
+    file_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    line_no: Mapped[int] = mapped_column(Integer, primary_key=True)
+    """0-based, counting only the lines kept."""
+    content: Mapped[str] = mapped_column(Text)
+    custom_id: Mapped[str | None] = mapped_column(String(200))
+    problem: Mapped[str | None] = mapped_column(Text)
+    """Why the line cannot be run, found at upload (not JSON, duplicate custom_id)."""
+
+
+class Batch(Base):
+    """A Batch API batch: an input file whose lines run as batch-priority jobs."""
+
+    __tablename__ = "batches"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    owner: Mapped[str | None] = mapped_column(String(32), index=True)
+    input_file_id: Mapped[str] = mapped_column(String(40))
+    endpoint: Mapped[str] = mapped_column(String(64))
+    completion_window: Mapped[str] = mapped_column(String(16))
+    tier: Mapped[str] = mapped_column(String(16), default="auto")
+    """Where every line goes: auto (each line's own ``model``) or a tier for them all."""
+    status: Mapped[str] = mapped_column(String(16))
+    total: Mapped[int] = mapped_column(Integer, default=0)
+    completed: Mapped[int] = mapped_column(Integer, default=0)
+    failed: Mapped[int] = mapped_column(Integer, default=0)
+    enqueued: Mapped[int] = mapped_column(Integer, default=0)
+    """Lines handled so far (a job submitted, or the line's error recorded): where a
+    resumed enqueuer starts."""
+    lease_owner: Mapped[str | None] = mapped_column(String(64))
+    lease_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    """Who is enqueuing the lines, and until when the claim holds without renewal."""
+    output_file_id: Mapped[str | None] = mapped_column(String(40))
+    error_file_id: Mapped[str | None] = mapped_column(String(40))
+    errors: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
+    batch_metadata: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    in_progress_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finalizing_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    failed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    expired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    cancelling_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    cancelled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (Index("ix_batches_status", "status"),)
+
+
+class BatchLineError(Base):
+    """A batch line that became no job (malformed, refused at submit): its error."""
+
+    __tablename__ = "batch_line_errors"
+
+    batch_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    line_no: Mapped[int] = mapped_column(Integer, primary_key=True)
+    custom_id: Mapped[str | None] = mapped_column(String(200))
+    code: Mapped[str] = mapped_column(String(64))
+    message: Mapped[str] = mapped_column(Text)
 
 
 metadata = Base.metadata
