@@ -13,25 +13,12 @@ from schemas.events import (
     Usage,
     parse_event,
 )
-from schemas.queues import event_channel, event_log_key
 from schemas.retry import retry_call
+from schemas.stream_log import EventLog
 
 # A Redis restart or failover takes seconds; events wait for it in order rather than
 # failing a job whose generation is fine.
 PUBLISH_RETRY_DELAYS_S = (0.1, 0.25, 0.5, 1.0, 2.0, 2.0, 4.0, 4.0, 8.0, 8.0)
-
-# KEYS: log, channel. ARGV: the event's number, the event, the log's TTL.
-# Returns -1 once appended, or the log's length when that is not the event's number.
-APPEND_EVENT = """
-local length = redis.call('LLEN', KEYS[1])
-if length ~= tonumber(ARGV[1]) then
-    return length
-end
-redis.call('RPUSH', KEYS[1], ARGV[2])
-redis.call('EXPIRE', KEYS[1], ARGV[3])
-redis.call('PUBLISH', KEYS[2], ARGV[2])
-return -1
-"""
 
 
 class StreamPublisher:
@@ -44,12 +31,8 @@ class StreamPublisher:
     """
 
     def __init__(self, client: redis.Redis, job_id: str, *, ttl_s: int) -> None:
-        self._redis = client
-        self._channel = event_channel(job_id)
-        self._log_key = event_log_key(job_id)
-        self._ttl_s = ttl_s
+        self._log = EventLog(client, job_id, ttl_s=ttl_s)
         self._sent: list[str] = []
-        self._append = client.register_script(APPEND_EVENT)
 
     @property
     def seq(self) -> int:
@@ -58,8 +41,7 @@ class StreamPublisher:
 
     def adopt(self) -> None:
         """Continue the log an earlier attempt left, numbering new events after it."""
-        raw_events = self._redis.lrange(self._log_key, 0, -1)
-        self._sent = [raw.decode() if isinstance(raw, bytes) else str(raw) for raw in raw_events]
+        self._sent = self._log.entries()
 
     def resume(self, attempt: int) -> str:
         """Take over the log of an earlier attempt; return the text it already streamed.
@@ -116,19 +98,11 @@ class StreamPublisher:
     def _append_latest(self) -> None:
         """Append the newest event at its own index, publish it; one round trip.
 
-        The script appends only when the list is exactly as long as the event's number,
-        so a retried call cannot append twice; when a restarted Redis lost the list, the
-        missing events are written again first.
+        The log appends only at the event's own number, so a retried call cannot append
+        twice; when a restarted Redis lost the list, the missing events are written
+        again first.
         """
         index = len(self._sent) - 1
-        length = int(
-            self._append(
-                keys=[self._log_key, self._channel], args=[index, self._sent[index], self._ttl_s]
-            )
-        )
-        if 0 <= length < index:
-            pipe = self._redis.pipeline(transaction=True)
-            pipe.rpush(self._log_key, *self._sent[length:])
-            pipe.expire(self._log_key, self._ttl_s)
-            pipe.publish(self._channel, self._sent[index])
-            pipe.execute()
+        length = self._log.append(index, self._sent[index])
+        if length is not None and length < index:
+            self._log.restore(self._sent[length:])
