@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 from typing import Any
@@ -13,6 +12,7 @@ from bench.harness import (
     bench_rig,
     direct_engine,
     direct_options,
+    median,
     request_fields,
     rounded,
 )
@@ -37,15 +37,15 @@ def run_batching(
             direct_1.append(_direct_tok_s(rig, 1, max_tokens, f"r{index}-1"))
             direct_n.append(_direct_tok_s(rig, concurrency, max_tokens, f"r{index}-n"))
             queued_n.append(_queued_tok_s(rig, concurrency, max_tokens))
-    direct = statistics.median(direct_n)
-    queued = statistics.median(queued_n)
+    direct = median(direct_n)
+    queued = median(queued_n)
     return {
         "bench": "batching",
         "tier": tier.value,
         "concurrency": concurrency,
         "rounds": rounds,
         "max_tokens": max_tokens,
-        "direct_tok_s_1": rounded(statistics.median(direct_1)),
+        "direct_tok_s_1": rounded(median(direct_1)),
         f"direct_tok_s_{concurrency}": rounded(direct),
         f"queued_tok_s_{concurrency}": rounded(queued),
         "queued_over_direct": round(queued / direct, 3),

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import statistics
 import time
 from typing import Any
 
-from bench.harness import percentile
+from bench.harness import median, percentile
 from producer.router.classifier import DifficultyClassifier
 from producer.router.dataset import load_examples
 from producer.router.evaluation import evaluate_router
@@ -33,11 +32,10 @@ def run_classifier_bench(
             timings.append((time.perf_counter() - started) * 1000.0)
     validation = [e for e in examples if e.split == "validation"]
     quality = evaluate_router(classifier, policy, validation)
-    timings.sort()
     return {
         "bench": "classifier",
         "n": samples,
-        "p50_ms": round(statistics.median(timings), 3),
+        "p50_ms": round(median(timings), 3),
         "p99_ms": round(percentile(timings, 99), 3),
         "accuracy": round(quality.accuracy, 4),
         "large_recall": round(quality.recall["large"], 4),

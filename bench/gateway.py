@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import httpx
 from bench.harness import (
     Rig,
     bench_rig,
+    median,
     paired_samples,
     queued_ttft_ms,
     request_fields,
@@ -47,11 +47,11 @@ def run_gateway(
         "tier": tier.value,
         "n": samples,
         "max_tokens": max_tokens,
-        "gateway_ttft_ms_p50": rounded(statistics.median(via_gateway)),
-        "client_ttft_ms_p50": rounded(statistics.median(via_client)),
-        "added_ms_p50": rounded(statistics.median(via_gateway) - statistics.median(via_client)),
+        "gateway_ttft_ms_p50": rounded(median(via_gateway)),
+        "client_ttft_ms_p50": rounded(median(via_client)),
+        "added_ms_p50": rounded(median(via_gateway) - median(via_client)),
         "added_ms_paired_p50": rounded(
-            statistics.median(g - c for g, c in zip(via_gateway, via_client, strict=True))
+            median(g - c for g, c in zip(via_gateway, via_client, strict=True))
         ),
     }
 

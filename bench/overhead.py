@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +22,7 @@ from bench.harness import (
     StreamTiming,
     bench_rig,
     direct_timing,
+    median,
     percentile,
     queued_timing,
     rounded,
@@ -102,12 +102,12 @@ def _report(
         "n": len(direct),
         "blocks": blocks,
         "max_tokens": max_tokens,
-        "direct_ttft_ms_p50": rounded(statistics.median(d_ttft)),
-        "queued_ttft_ms_p50": rounded(statistics.median(q_ttft)),
-        "added_ms_p50": rounded(statistics.median(q_ttft) - statistics.median(d_ttft)),
+        "direct_ttft_ms_p50": rounded(median(d_ttft)),
+        "queued_ttft_ms_p50": rounded(median(q_ttft)),
+        "added_ms_p50": rounded(median(q_ttft) - median(d_ttft)),
         "direct_ttft_ms_p90": rounded(percentile(d_ttft, 90)),
         "queued_ttft_ms_p90": rounded(percentile(q_ttft, 90)),
-        "direct_itl_ms_p50": rounded(statistics.median(d_itl)),
-        "queued_itl_ms_p50": rounded(statistics.median(q_itl)),
-        "added_itl_ms_p50": rounded(statistics.median(q_itl) - statistics.median(d_itl)),
+        "direct_itl_ms_p50": rounded(median(d_itl)),
+        "queued_itl_ms_p50": rounded(median(q_itl)),
+        "added_itl_ms_p50": rounded(median(q_itl) - median(d_itl)),
     }

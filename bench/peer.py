@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ from typing import Any
 import httpx
 
 from bench.gateway import gateway_process
-from bench.harness import BENCH_PROMPT, StreamClock, StreamTiming, percentile, rounded
+from bench.harness import BENCH_PROMPT, StreamClock, StreamTiming, median, percentile, rounded
 from bench.redis_server import RedisServer, free_port
 from producer.gateway.keys import create_key
 from schemas.queues import Tier
@@ -252,19 +251,17 @@ def _report(samples: dict[str, SideSamples], tier: Tier, plan: PeerPlan) -> dict
         "concurrency": plan.concurrency,
     }
     for name, side in samples.items():
-        figures[f"{name}_ttft_ms_p50"] = rounded(statistics.median(side.ttft_ms))
+        figures[f"{name}_ttft_ms_p50"] = rounded(median(side.ttft_ms))
         figures[f"{name}_ttft_ms_p90"] = rounded(percentile(side.ttft_ms, 90))
-        figures[f"{name}_total_ms_p50"] = rounded(statistics.median(side.total_ms))
-        figures[f"{name}_itl_ms_p50"] = rounded(statistics.median(side.itl_ms))
-        figures[f"{name}_tok_s_{plan.concurrency}"] = rounded(statistics.median(side.tok_s))
+        figures[f"{name}_total_ms_p50"] = rounded(median(side.total_ms))
+        figures[f"{name}_itl_ms_p50"] = rounded(median(side.itl_ms))
+        figures[f"{name}_tok_s_{plan.concurrency}"] = rounded(median(side.tok_s))
     figures["ttft_ratio"] = _ratio(llmq.ttft_ms, vllm.ttft_ms)
-    figures["ttft_added_ms"] = rounded(
-        statistics.median(llmq.ttft_ms) - statistics.median(vllm.ttft_ms)
-    )
+    figures["ttft_added_ms"] = rounded(median(llmq.ttft_ms) - median(vllm.ttft_ms))
     figures["total_ratio"] = _ratio(llmq.total_ms, vllm.total_ms)
     figures["throughput_ratio"] = _ratio(llmq.tok_s, vllm.tok_s)
     return figures
 
 
 def _ratio(ours: list[float], theirs: list[float]) -> float:
-    return round(statistics.median(ours) / statistics.median(theirs), 3)
+    return round(median(ours) / median(theirs), 3)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 import time
 from datetime import datetime
 from typing import Any
@@ -14,6 +13,7 @@ from bench.harness import (
     SETTLE_S,
     Rig,
     bench_rig,
+    median,
     percentile,
     queued_ttft_ms,
     rounded,
@@ -70,8 +70,8 @@ def run_priority(
         "slots": shares.slots,
         "batch_max_slots": shares.batch_max,
         "batch_jobs": batch_jobs,
-        "idle_ttft_p50_ms": rounded(statistics.median(idle)),
-        "loaded_ttft_p50_ms": rounded(statistics.median(loaded)),
+        "idle_ttft_p50_ms": rounded(median(idle)),
+        "loaded_ttft_p50_ms": rounded(median(loaded)),
         "idle_ttft_p95_ms": rounded(percentile(idle, 95)),
         "loaded_ttft_p95_ms": rounded(percentile(loaded, 95)),
         "idle_ttft_p99_ms": rounded(idle_p99),

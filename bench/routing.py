@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.harness import median
 from producer.router.classifier import DifficultyClassifier
 from producer.router.dataset import load_examples
 from producer.router.policy import TIER_ORDER, PolicyConfig, apply_policy
@@ -97,7 +98,7 @@ def measure_local_profile(settings: Settings) -> dict[str, Any]:
                 tpots.append((last - first) * 1000 / (tokens - 1))
     finally:
         engine.shutdown()
-    ttft, tpot = statistics.median(ttfts), statistics.median(tpots)
+    ttft, tpot = median(ttfts), median(tpots)
     return {
         "name": "cpu-local",
         "description": "Measured on this machine with the bundled SmolLM2-135M (small); "

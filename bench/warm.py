@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from bench.harness import (
     bench_rig,
     direct_engine,
     direct_ttft_ms,
+    median,
     queued_sample,
     rounded,
 )
@@ -72,7 +72,7 @@ def run_warm(settings: Settings, *, tier: Tier, max_tokens: int, prompt: str) ->
             direct_engine(rig).render_chat([{"role": "system", "content": system.text}])
         )
     warm_first = samples[0][0]
-    rest = statistics.median(ttft for ttft, _ in samples[1:])
+    rest = median(ttft for ttft, _ in samples[1:])
     hits = sum(1 for _, r in samples if r.usage.cached_prompt_tokens >= HIT_SHARE * prefix_tokens)
     return {
         "bench": "warm",
