@@ -74,6 +74,14 @@ def estimate_prompt_tokens(
     return sum(len(item.ids) for item in encoded) + TEMPLATE_TOKENS_PER_MESSAGE * len(contents)
 
 
+def count_text_tokens(text: str, tokenizer_path: Path | None) -> int:
+    """Tokens of one text with the tier's tokenizer, else the conservative estimate."""
+    tokenizer = _load_tokenizer(str(tokenizer_path)) if tokenizer_path is not None else None
+    if tokenizer is None:
+        return _estimate(text)
+    return len(tokenizer.encode(text, add_special_tokens=False).ids)
+
+
 def conservative_token_count(request: GenerationRequest, system_text: str | None = None) -> int:
     """An over-estimate of the prompt's tokens for a tier whose tokenizer is not here.
 

@@ -140,6 +140,16 @@ def queues_kept_key(tier: Tier) -> str:
 LOST_MESSAGE_SWEEP_LOCK_KEY = "llmq:lock:lost-message-sweep"
 """Lock that lets one reaper at a time re-send jobs whose message was lost."""
 
+
+
+def summary_night_lock_key(day: str) -> str:
+    """Lock one summary runner holds while it works the night of ``day`` (YYYY-MM-DD)."""
+    return f"llmq:lock:summaries:{day}"
+
+
+SUMMARY_NIGHT_QUEUE = "llmq.summaries"
+"""Queue of the nightly-run task that ``llmq beat`` schedules and consumes itself."""
+
 # Counters.
 
 SERVICE_MS_KEY = "llmq:stats:service_ms"

@@ -1,0 +1,1 @@
+"""Nightly conversation summaries: chunking, the night's run, its lock and its schedule."""
