@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import uuid
+from typing import cast
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import Float, Table, bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -15,7 +16,7 @@ from schemas.events import ErrorEvent, FinalEvent, TerminalEvent, Timings, Usage
 from schemas.jobs import CANCELLED_MESSAGE, JobStatus, could_be_job_id
 from schemas.queues import Priority
 from schemas.requests import GenerationRequest, RoutingDecision
-from schemas.tables import Job, as_utc, utcnow
+from schemas.tables import Job, as_utc
 
 """The width of the id column."""
 
@@ -56,16 +57,11 @@ def insert_job(
         attempts=0,
         owner=owner,
     )
-    # Times come from the database's clock, which every worker reads too (schemas.db_clock).
-    columns = _columns(job) | {
-        "created_at": db_now(),
-        "deadline_at": None if deadline_s is None else db_now(deadline_s),
-    }
-    # A Core insert skips the unit of work; this sits on every submit's path.
-    statement = insert(Job).values(columns).returning(Job.created_at, Job.deadline_at)
+    statement = _INSERT if deadline_s is None else _INSERT_WITH_DEADLINE
+    params = _columns(job, skip=("created_at", "deadline_at")) | {"deadline_s": deadline_s}
     try:
         with sessions.begin() as session:
-            times = session.execute(statement).one()
+            times = session.execute(statement, params).one()
         job.created_at = as_utc(times.created_at)
         job.deadline_at = None if times.deadline_at is None else as_utc(times.deadline_at)
         return job, True
@@ -87,8 +83,23 @@ def insert_job(
         raise database_error(exc, doing="record the job") from exc
 
 
-def _columns(job: Job) -> dict[str, object]:
-    return {column.key: getattr(job, column.key) for column in Job.__table__.columns}
+def _columns(job: Job, *, skip: tuple[str, ...] = ()) -> dict[str, object]:
+    return {
+        column.key: getattr(job, column.key)
+        for column in Job.__table__.columns
+        if column.key not in skip
+    }
+
+
+# Built once: a Core insert skips the ORM's unit of work and its per-call statement
+# building, and this sits on every submit's path. Job times are the database's clock
+# (schemas.db_clock), which every worker reads too.
+_INSERT = (
+    insert(cast(Table, Job.__table__))
+    .values(created_at=db_now(), deadline_at=None)
+    .returning(Job.created_at, Job.deadline_at)
+)
+_INSERT_WITH_DEADLINE = _INSERT.values(deadline_at=db_now(bindparam("deadline_s", type_=Float())))
 
 
 def _by_idempotency_key(sessions: sessionmaker[Session], scope: str, key: str) -> Job:
@@ -111,19 +122,21 @@ def check_database(sessions: sessionmaker[Session]) -> None:
     """Open a connection and touch the jobs table; raises ``DatabaseUnavailable``."""
     probe = Job(
         id="warm-up-probe",
+        idempotency_scope="",
         tier="small",
         priority="interactive",
         routing={},
         status=JobStatus.QUEUED.value,
         request={},
         attempts=0,
-        created_at=utcnow(),
     )
+    params = _columns(probe, skip=("created_at", "deadline_at")) | {"deadline_s": 1.0}
     with database_boundary("use the job database"), sessions() as session:
-        # Insert and roll back: the connection opens and the insert statement is
+        # Insert and roll back: the connection opens and both insert statements are
         # compiled and cached, and nothing is written.
-        session.execute(insert(Job), [_columns(probe)])
-        session.rollback()
+        for statement in (_INSERT, _INSERT_WITH_DEADLINE):
+            session.execute(statement, params)
+            session.rollback()
 
 
 def cancel_if_queued(sessions: sessionmaker[Session], job_id: str) -> bool:

@@ -13,14 +13,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import DateTime, Float, bindparam
+from sqlalchemy import BindParameter, DateTime, Float, bindparam
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 
 class db_now(FunctionElement[datetime]):  # noqa: N801 (reads as the SQL function it is)
-    """The database's current time, plus ``seconds`` (a bound parameter) if given.
+    """The database's current time, plus ``seconds`` if given (a number or a named
+    parameter, for a statement built once and run with each job's own value).
 
     PostgreSQL: ``clock_timestamp()`` (the moment the statement runs, not the start of
     its transaction). SQLite: ``strftime`` with milliseconds, in the text form
@@ -31,9 +32,13 @@ class db_now(FunctionElement[datetime]):  # noqa: N801 (reads as the SQL functio
     inherit_cache = True
     name = "db_now"
 
-    def __init__(self, seconds: float | None = None) -> None:
-        clauses = () if seconds is None else (bindparam(None, float(seconds), type_=Float()),)
-        super().__init__(*clauses)
+    def __init__(self, seconds: float | BindParameter[float] | None = None) -> None:
+        if seconds is None:
+            super().__init__()
+        elif isinstance(seconds, BindParameter):
+            super().__init__(seconds)
+        else:
+            super().__init__(bindparam(None, float(seconds), type_=Float()))
 
 
 @compiles(db_now)
