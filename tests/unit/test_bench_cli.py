@@ -1,0 +1,122 @@
+"""``llmq bench``: one table entry per benchmark, wired to the function that runs it."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import bench.faults
+import bench.peer
+from bench import cli
+from bench.faults import FaultPlan
+from bench.peer import PeerPlan
+from producer.cli import build_parser, main
+from schemas.queues import Tier
+
+NAMES = [entry.name for entry in cli.BENCHES]
+PLAIN = [entry for entry in cli.BENCHES if isinstance(entry.run, str)]
+
+
+def test_every_benchmark_is_a_command_with_help() -> None:
+    assert NAMES == [
+        "overhead",
+        "batching",
+        "warm",
+        "gateway",
+        "priority",
+        "faults",
+        "peer",
+        "classifier",
+        "routing",
+    ]
+    parser = build_parser()
+    for name in NAMES:
+        args = parser.parse_args(["bench", name])
+        assert callable(args.handler)
+        assert args.json is False
+    for entry in cli.BENCHES:
+        assert entry.help
+        assert all(option.help for option in entry.options)
+
+
+def test_an_engine_benchmark_takes_a_tier_and_the_others_do_not() -> None:
+    parser = build_parser()
+    assert parser.parse_args(["bench", "overhead", "--tier", "medium"]).tier == "medium"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["bench", "classifier", "--tier", "small"])
+
+
+@pytest.mark.parametrize("entry", PLAIN, ids=[entry.name for entry in PLAIN])
+def test_a_plain_benchmark_gets_every_keyword_its_function_takes(
+    entry: cli.Bench, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert isinstance(entry.run, str)
+    module_name, _, function = entry.run.partition(":")
+    module = __import__(module_name, fromlist=[function])
+    real = inspect.signature(getattr(module, function))
+    seen: dict[str, Any] = {}
+
+    def fake(settings: object, **values: Any) -> dict[str, Any]:
+        seen.update(values)
+        return {"bench": entry.name}
+
+    monkeypatch.setattr(module, function, fake)
+    assert main(["bench", entry.name, "--tier", "large", "--json"]) == 0
+    assert set(seen) == set(list(real.parameters)[1:])
+    assert seen["tier"] is Tier.LARGE
+    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {"bench": entry.name}
+
+
+def test_peer_and_faults_get_their_plans(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen: dict[str, Any] = {}
+
+    def fake_peer(settings: object, *, tier: Tier, plan: PeerPlan) -> dict[str, Any]:
+        seen["peer"] = (tier, plan)
+        return {}
+
+    def fake_faults(settings: Any, plan: FaultPlan) -> dict[str, Any]:
+        seen["faults"] = (settings.database_url, plan)
+        return {"jobs_lost": 0}
+
+    monkeypatch.setattr(bench.peer, "run_peer", fake_peer)
+    monkeypatch.setattr(bench.faults, "run_faults", fake_faults)
+    assert main(["bench", "peer", "-n", "5", "--json"]) == 0
+    assert seen["peer"] == (Tier.SMALL, PeerPlan(single=5))
+    args = ["bench", "faults", "--kills", "3", "--logs", str(tmp_path)]
+    assert main([*args, "--database-url", "sqlite:///lab.db"]) == 0
+    assert seen["faults"] == ("sqlite:///lab.db", FaultPlan(kills=3, logs_dir=tmp_path))
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2].strip() == "jobs_lost: 0"  # the readable lines come first
+    assert json.loads(out[-1]) == {"jobs_lost": 0}
+
+
+def test_a_bad_routing_mix_is_refused_in_words(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli, "_trained_router", lambda settings: (object(), object()))
+    assert main(["bench", "routing", "--mix", "0.5,0.5"]) == 1
+    assert "--mix needs three shares" in capsys.readouterr().err
+
+
+def test_routing_gets_every_keyword_its_function_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import bench.routing
+
+    real = inspect.signature(bench.routing.run_routing)
+    seen: dict[str, Any] = {}
+
+    def fake(settings: object, classifier: object, policy: object, **values: Any) -> dict[str, Any]:
+        seen.update(values)
+        return {}
+
+    monkeypatch.setattr(cli, "_trained_router", lambda settings: (object(), object()))
+    monkeypatch.setattr(bench.routing, "run_routing", fake)
+    assert main(["bench", "routing", "--json"]) == 0
+    assert set(seen) == set(list(real.parameters)[3:])
+    assert seen["mix"] == {Tier.SMALL: 0.6, Tier.MEDIUM: 0.25, Tier.LARGE: 0.15}
+    assert seen["profile_path"] == Path("deploy/profiles/gpu-h100.json")
