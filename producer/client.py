@@ -20,7 +20,7 @@ from producer.jobs import (
     load_job,
     terminal_event_from_row,
 )
-from producer.limits import preload_tokenizer
+from producer.limits import count_text_tokens, preload_tokenizer, tokenizer_file
 from producer.router.route import Router
 from producer.status import QueueDepth, queue_depths
 from producer.streams import Event, close_stream, read_events, request_cancel
@@ -150,6 +150,11 @@ class Client:
             self._redis.ping()
         self._enqueuer.connect()
         check_database(self._sessions)
+
+    def count_tokens(self, text: str, tier: Tier) -> int:
+        """Tokens of ``text`` by ``tier``'s tokenizer, else the conservative estimate
+        that submit's length check uses."""
+        return count_text_tokens(text, tokenizer_file(self.settings, tier))
 
     def reload_prompts(self) -> bool:
         """Re-read the prompts folders (a new version was deployed); True if any changed."""

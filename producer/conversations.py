@@ -7,7 +7,11 @@ the same id does not exist for the caller.
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
 from datetime import date
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -96,3 +100,37 @@ def summary_view(summary: Summary) -> dict[str, object]:
         "created_at": summary.created_at.isoformat(),
         "finished_at": summary.finished_at.isoformat() if summary.finished_at else None,
     }
+
+
+def register_summaries(commands: Any) -> None:
+    """Add ``llmq summaries show CONVERSATION_ID [--owner KEY_ID] [--json]``."""
+    summaries = commands.add_parser("summaries", help="read conversation summaries")
+    actions = summaries.add_subparsers(title="actions", metavar="ACTION", required=True)
+    show = actions.add_parser("show", help="a conversation's summaries, one per day")
+    show.add_argument("conversation_id")
+    show.add_argument(
+        "--owner", default=None, help="the API key id that owns it (default: no owner)"
+    )
+    show.add_argument("--json", action="store_true", help="one JSON object per summary")
+    show.set_defaults(handler=_show)
+
+
+def _show(args: argparse.Namespace) -> int:
+    from schemas.db import make_engine, make_sessions
+    from schemas.settings import Settings
+
+    engine = make_engine(Settings.from_env().database_url)
+    try:
+        found = load_summaries(make_sessions(engine), args.conversation_id, owner=args.owner)
+    finally:
+        engine.dispose()
+    for summary in found:
+        if args.json:
+            print(json.dumps(summary_view(summary)))
+            continue
+        usage = f"{summary.prompt_tokens}+{summary.output_tokens} tokens"
+        print(f"{summary.day}  {summary.status}  {summary.tier}  {usage}")
+        print(f"  {summary.text if summary.status == 'done' else summary.error or '(pending)'}")
+    if not found:
+        print(f"conversation {args.conversation_id} has no summaries yet", file=sys.stderr)
+    return 0

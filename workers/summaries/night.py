@@ -45,7 +45,6 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
 from producer.client import Client
-from producer.limits import count_text_tokens, tokenizer_file
 from schemas.boundary import database_boundary
 from schemas.errors import BrokerUnavailable, InvalidRequest, QueueFull
 from schemas.jobs import JobStatus
@@ -168,8 +167,7 @@ class NightRunner:
         registry = PromptCatalog(settings.prompts_dir).registry
         prompt = registry.resolve(settings.summary_prompt, tier=self.tier)
         self.prompt_ref = prompt.ref
-        tokenizer = tokenizer_file(settings, self.tier)
-        self.count: Callable[[str], int] = lambda text: count_text_tokens(text, tokenizer)
+        self.count: Callable[[str], int] = lambda text: client.count_tokens(text, self.tier)
         context = settings.summary_context_tokens or settings.tier(self.tier).max_model_len
         try:
             self.budget = step_budget(

@@ -1,0 +1,116 @@
+"""``llmq summarize`` (run a night now) and ``llmq beat`` (the nightly schedule)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import date
+from typing import Any, TextIO
+
+from workers.summaries.night import Progress
+
+
+def register_summarize(commands: Any) -> None:
+    """Add ``llmq summarize --date YYYY-MM-DD [--conversation ID] [--dry-run]``."""
+    summarize = commands.add_parser("summarize", help="run a night of conversation summaries now")
+    summarize.add_argument("--date", required=True, type=date.fromisoformat, help="YYYY-MM-DD")
+    summarize.add_argument("--conversation", default=None, help="only this conversation id")
+    summarize.add_argument("--dry-run", action="store_true", help="list what it would do")
+    summarize.add_argument("--timeout", type=float, default=None, help="stop waiting after s")
+    summarize.add_argument("--json", action="store_true", help="print the final record as JSON")
+    summarize.set_defaults(handler=_summarize)
+
+
+def register_beat(commands: Any) -> None:
+    """Add ``llmq beat``."""
+    beat = commands.add_parser(
+        "beat", help="run the nightly summary schedule (LLMQ_SUMMARY_CRON, _TIMEZONE)"
+    )
+    beat.set_defaults(handler=_beat)
+
+
+def _beat(_args: argparse.Namespace) -> int:
+    from schemas.settings import Settings
+    from workers.summaries.beat import run_beat
+
+    settings = Settings.from_env()
+    return run_beat(settings, loglevel=settings.log_level)
+
+
+def _summarize(args: argparse.Namespace) -> int:
+    from producer.client import Client
+    from schemas.settings import Settings
+    from workers.summaries.night import NightRunner
+
+    settings = Settings.from_env()
+    with Client(settings) as client:
+        runner = NightRunner(settings, client)
+        if args.dry_run:
+            plan = runner.plan(args.date, conversation=args.conversation)
+            for candidate, action in plan:
+                steps = runner.chunks_for(candidate, args.date)
+                shape = "one job" if steps == 1 else f"map-reduce, {steps} chunks"
+                owner = candidate.owner or "-"
+                print(
+                    f"{action.value:<6} {owner:<32} {candidate.conversation_id}  "
+                    f"{candidate.turns} turns, {shape}"
+                )
+            print(f"{len(plan)} conversation(s) on {args.date}; nothing was sent", file=sys.stderr)
+            return 0
+        bar = ProgressBar(sys.stderr)
+        report = runner.run(
+            args.date, conversation=args.conversation, progress=bar, timeout_s=args.timeout
+        )
+        bar.close()
+    record = {
+        "day": report.day.isoformat(),
+        "done": report.done,
+        "failed": report.failed,
+        "skipped": report.skipped,
+        "remaining": report.remaining,
+        "seconds": round(report.seconds, 1),
+        "failures": report.failures,
+    }
+    if args.json:
+        print(json.dumps(record))
+    else:
+        print(
+            f"summaries of {record['day']}: {report.done} done, {report.failed} failed, "
+            f"{report.skipped} skipped, {report.remaining} remaining in {report.seconds:.1f} s"
+        )
+        for conversation, error in report.failures.items():
+            print(f"  failed {conversation}: {error}")
+    return 1 if report.failed or report.remaining else 0
+
+
+class ProgressBar:
+    """One redrawn line: done/failed/remaining, rate and ETA."""
+
+    WIDTH = 30
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self._drawn = False
+
+    def __call__(self, progress: Progress) -> None:
+        self.stream.write("\r" + render_progress(progress, width=self.WIDTH))
+        self.stream.flush()
+        self._drawn = True
+
+    def close(self) -> None:
+        if self._drawn:
+            self.stream.write("\n")
+
+
+def render_progress(progress: Progress, *, width: int = 30) -> str:
+    """``[#####-----] 5/10 done 0 failed 5 remaining 1.2/s ETA 4s``."""
+    ended = progress.done + progress.failed
+    total = ended + progress.remaining
+    filled = width if total == 0 else width * ended // total
+    rate = ended / progress.elapsed_s if progress.elapsed_s > 0 else 0.0
+    eta = f"{progress.remaining / rate:.0f}s" if rate > 0 else "?"
+    return (
+        f"[{'#' * filled}{'-' * (width - filled)}] {ended}/{total}  {progress.done} done "
+        f"{progress.failed} failed {progress.remaining} remaining  {rate:.2f}/s  ETA {eta}"
+    )
