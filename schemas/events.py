@@ -93,4 +93,4 @@ def parse_event(raw: str | bytes) -> AnyEvent:
 
 def is_terminal(event: AnyEvent) -> TypeIs[TerminalEvent]:
     """True for the last event of a stream (a ``FinalEvent`` or an ``ErrorEvent``)."""
-    return isinstance(event, FinalEvent | ErrorEvent)
+    return isinstance(event, TerminalEvent)
