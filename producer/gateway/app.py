@@ -19,6 +19,7 @@ from prometheus_client import generate_latest
 
 from producer.aio import AsyncClient, AsyncJobHandle
 from producer.gateway import openai_models as oai
+from producer.gateway.conversations import add_conversation_routes, conversation_of
 from producer.gateway.errors import (
     BAD_REQUEST,
     MODEL_NOT_FOUND,
@@ -275,6 +276,7 @@ class Gateway:
             priority=priority,
             idempotency_key=request.headers.get("idempotency-key"),
             owner=identity.id if identity else None,
+            conversation_id=conversation_of(body, request),
             # A person is waiting: refuse now rather than queue behind no worker.
             require_warm_worker=priority == Priority.INTERACTIVE,
         )
@@ -307,6 +309,7 @@ def create_app(
     app.add_api_route(
         "/v1/chat/completions", gateway.chat_completions, methods=["POST"], response_model=None
     )
+    add_conversation_routes(app, gateway)
     app.state.gateway = gateway
     return app
 

@@ -35,6 +35,7 @@ class ChatCompletionRequest(BaseModel):
     priority: Literal["interactive", "batch"] | None = None
     system_prompt: str | None = None
     metadata: dict[str, Any] | None = None
+    conversation_id: str | None = None
 
     def check_bounds(self, *, max_messages: int, max_message_chars: int) -> None:
         """Raise ``InvalidRequest`` for too many messages or a message too long."""
