@@ -97,6 +97,11 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         default=1024 * 1024, ge=1024, description="the gateway refuses larger bodies (413)"
     )
+    max_upload_bytes: int = Field(
+        default=200 * 1024 * 1024,
+        ge=1024,
+        description="the gateway refuses larger batch file uploads (413); read as it streams",
+    )
     max_messages: int = Field(default=256, ge=1, description="messages per request, at most")
     max_message_chars: int = Field(
         default=100_000, ge=1, description="characters per message, at most"

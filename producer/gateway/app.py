@@ -19,6 +19,7 @@ from prometheus_client import generate_latest
 
 from producer.aio import AsyncClient, AsyncJobHandle
 from producer.gateway import openai_models as oai
+from producer.gateway.batches import FILES_PATH, add_batch_api
 from producer.gateway.conversations import add_conversation_routes, conversation_of
 from producer.gateway.errors import (
     BAD_REQUEST,
@@ -297,6 +298,8 @@ def create_app(
         authorize=gateway.authorize if require_keys else None,
         max_body_bytes=settings.max_body_bytes,
         on_error=error_response,
+        upload_paths=frozenset({FILES_PATH}),
+        max_upload_bytes=settings.max_upload_bytes,
     )
     app.add_exception_handler(LlmqError, _llmq_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
@@ -309,6 +312,7 @@ def create_app(
     app.add_api_route(
         "/v1/chat/completions", gateway.chat_completions, methods=["POST"], response_model=None
     )
+    add_batch_api(app, gateway)
     add_conversation_routes(app, gateway)
     app.state.gateway = gateway
     return app

@@ -62,7 +62,12 @@ def count_active_jobs(sessions: sessionmaker[Session], owner: str) -> int:
     query = (
         select(func.count())
         .select_from(Job)
-        .where(Job.owner == owner, Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING]))
+        .where(
+            Job.owner == owner,
+            Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING]),
+            # A batch's lines wait within the batch queue's depth limit instead.
+            Job.batch_id.is_(None),
+        )
     )
     try:
         with sessions() as session:

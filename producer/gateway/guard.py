@@ -34,10 +34,14 @@ class FrontDoor:
         authorize: Authorize | None,
         max_body_bytes: int,
         on_error: Callable[[LlmqError], Response],
+        upload_paths: frozenset[str] = frozenset(),
+        max_upload_bytes: int = 0,
     ) -> None:
         self.app = app
         self.authorize = authorize
         self.max_body_bytes = max_body_bytes
+        self.upload_paths = upload_paths
+        self.max_upload_bytes = max_upload_bytes
         self.on_error = on_error
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -52,12 +56,37 @@ class FrontDoor:
                 address = client[0] if client else "unknown"
                 identity = await self.authorize(headers.get("authorization", ""), address)
                 scope.setdefault("state", {})["identity"] = identity
-            receive = await self._bounded_body(scope, receive)
+            if path in self.upload_paths:
+                # An upload is read by its route as it streams (to disk, then the
+                # database), never buffered here; only its size is bounded.
+                receive = self._counted_body(scope, receive)
+            else:
+                receive = await self._bounded_body(scope, receive)
         except LlmqError as exc:
             # The body is left unread: the server closes or drains the connection.
             await self.on_error(exc)(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+    def _counted_body(self, scope: Scope, receive: Receive) -> Receive:
+        """A ``receive`` that raises a 413 ``GatewayError`` once the upload cap is passed."""
+        limit = self.max_upload_bytes
+        declared = _headers(scope).get("content-length")
+        if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+            raise GatewayError(
+                f"upload of {int(declared)} bytes exceeds the limit of {limit} bytes", TOO_LARGE
+            )
+        size = 0
+
+        async def counting() -> Message:
+            nonlocal size
+            message = await receive()
+            size += len(message.get("body", b""))
+            if size > limit:
+                raise GatewayError(f"upload exceeds the limit of {limit} bytes", TOO_LARGE)
+            return message
+
+        return counting
 
     async def _bounded_body(self, scope: Scope, receive: Receive) -> Receive:
         """Read the body up to the cap; a ``receive`` that replays it to the app."""

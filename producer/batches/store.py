@@ -1,0 +1,477 @@
+"""Batch files and batches as rows: upload, create, look up, list, refresh, cancel, read.
+
+Every lookup takes ``owner``: a string is the caller's namespace (an API key id), and
+a row of another owner does not exist for it (``NotFound``, never "forbidden"); None
+means no check (a gateway without keys, an operator's CLI).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
+from typing import IO, Any
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from producer.batches.lines import ENDPOINTS, MAX_CUSTOM_ID_CHARS, peek_custom_id
+from producer.batches.status import ACTIVE, BatchStatus, Tally, next_status, parse_window
+from producer.batches.views import error_line, job_error_code, output_line
+from schemas.boundary import database_boundary
+from schemas.errors import InvalidRequest, JobNotFound
+from schemas.jobs import JobStatus
+from schemas.queues import Tier
+from schemas.tables import Batch, BatchFile, BatchFileLine, BatchLineError, Job, as_utc, utcnow
+
+INPUT_PURPOSE = "batch"
+OUTPUT_PURPOSE = "batch_output"
+ERROR_PURPOSE = "batch_error"
+INSERT_CHUNK = 1000
+READ_CHUNK = 500
+MAX_LIST_LIMIT = 100
+UNFINISHED = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
+
+CancelJob = Callable[[str], None]
+
+
+class NotFound(JobNotFound):
+    """No such file or batch, or not the caller's."""
+
+
+def new_file_id() -> str:
+    return f"file-{uuid.uuid4().hex}"
+
+
+def new_batch_id() -> str:
+    return f"batch_{uuid.uuid4().hex}"
+
+
+# ---------------------------------------------------------------- files
+
+
+def create_file(
+    sessions: sessionmaker[Session],
+    stream: IO[bytes],
+    *,
+    filename: str,
+    purpose: str,
+    owner: str | None,
+    max_line_bytes: int,
+) -> BatchFile:
+    """Store an uploaded JSONL file line by line (never all of it in memory).
+
+    Blank lines are dropped. A line that is not UTF-8, longer than ``max_line_bytes``
+    or repeats an earlier ``custom_id`` is kept with its problem noted, and becomes
+    that line's error when the batch runs. Raises ``InvalidRequest`` for a purpose
+    other than ``batch`` or a file without lines, ``DatabaseUnavailable``.
+    """
+    if purpose != INPUT_PURPOSE:
+        raise InvalidRequest(f"purpose must be {INPUT_PURPOSE!r}, not {purpose!r}")
+    row = BatchFile(
+        id=new_file_id(),
+        owner=owner,
+        purpose=purpose,
+        filename=(filename or "upload.jsonl")[:255],
+        bytes=0,
+        lines=0,
+        created_at=utcnow(),
+    )
+    seen: set[str] = set()
+    pending: list[dict[str, Any]] = []
+    size = 0
+    count = 0
+    with database_boundary("store the uploaded file"), sessions.begin() as session:
+        for raw in stream:
+            size += len(raw)
+            if not raw.strip():
+                continue
+            line = _stored_line(row.id, count, raw, seen, max_line_bytes)
+            pending.append(line)
+            count += 1
+            if len(pending) >= INSERT_CHUNK:
+                session.execute(insert(BatchFileLine), pending)
+                pending = []
+        if pending:
+            session.execute(insert(BatchFileLine), pending)
+        if count == 0:
+            raise InvalidRequest("the file has no lines: a batch file holds one request a line")
+        row.bytes, row.lines = size, count
+        session.add(row)
+    return row
+
+
+def _stored_line(
+    file_id: str, line_no: int, raw: bytes, seen: set[str], max_line_bytes: int
+) -> dict[str, Any]:
+    problem = None
+    custom_id = None
+    if len(raw) > max_line_bytes:
+        problem = f"the line is longer than {max_line_bytes} bytes"
+        text = ""
+    else:
+        try:
+            text = raw.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            problem, text = "the line is not UTF-8 text", ""
+    if "\x00" in text:
+        # PostgreSQL text cannot hold NUL, and JSON never needs a raw one.
+        problem, text = "the line holds a NUL character", ""
+    if problem is None:
+        custom_id = peek_custom_id(text)
+        if custom_id is not None:
+            if custom_id in seen:
+                problem = f"custom_id {custom_id!r} repeats an earlier line's"
+            seen.add(custom_id)
+    return {
+        "file_id": file_id,
+        "line_no": line_no,
+        "content": text,
+        "custom_id": custom_id[:MAX_CUSTOM_ID_CHARS] if custom_id else None,
+        "problem": problem,
+    }
+
+
+def get_file(sessions: sessionmaker[Session], file_id: str, *, owner: str | None) -> BatchFile:
+    """The file's row; raises ``NotFound`` (also for another owner's file)."""
+    with database_boundary("read the file"), sessions() as session:
+        row = session.get(BatchFile, file_id[:40])
+    if row is None or (owner is not None and row.owner != owner):
+        raise NotFound(f"no file with id {file_id}")
+    return row
+
+
+def input_lines(
+    session: Session, file_id: str, *, start: int = 0, stop: int | None = None
+) -> Iterator[BatchFileLine]:
+    """The stored lines of an upload from ``start`` to ``stop``, in order, a chunk at a time."""
+    at = start
+    while stop is None or at < stop:
+        query = select(BatchFileLine).where(
+            BatchFileLine.file_id == file_id, BatchFileLine.line_no >= at
+        )
+        if stop is not None:
+            query = query.where(BatchFileLine.line_no < stop)
+        rows = session.scalars(query.order_by(BatchFileLine.line_no).limit(READ_CHUNK)).all()
+        if not rows:
+            return
+        yield from rows
+        at = rows[-1].line_no + 1
+
+
+def file_content(sessions: sessionmaker[Session], row: BatchFile) -> Iterator[bytes]:
+    """The file's content, a line at a time, each ending with a newline."""
+    with database_boundary("read the file's content"), sessions() as session:
+        if row.purpose == INPUT_PURPOSE:
+            for line in input_lines(session, row.id, stop=row.lines):
+                yield line.content.encode() + b"\n"
+            return
+        batch = session.get(Batch, row.batch_id or "")
+        if batch is None:
+            return
+        lines = output_lines if row.purpose == OUTPUT_PURPOSE else error_lines
+        for text in lines(session, batch):
+            yield text.encode() + b"\n"
+
+
+def output_lines(session: Session, batch: Batch) -> Iterator[str]:
+    """The batch's answered lines, in OpenAI's output shape."""
+    query = (
+        select(Job)
+        .where(Job.batch_id == batch.id, Job.status == JobStatus.DONE.value)
+        .order_by(Job.created_at, Job.id)
+        .execution_options(yield_per=READ_CHUNK)
+    )
+    for job in session.scalars(query):
+        yield output_line(job)
+
+
+def error_lines(session: Session, batch: Batch) -> Iterator[str]:
+    """The batch's lines without an answer: invalid ones, jobs that ended otherwise,
+    and, once the batch is over, jobs still unfinished and lines never enqueued."""
+    errors = (
+        select(BatchLineError)
+        .where(BatchLineError.batch_id == batch.id)
+        .order_by(BatchLineError.line_no)
+        .execution_options(yield_per=READ_CHUNK)
+    )
+    for error in session.scalars(errors):
+        yield error_line(
+            line_id=f"batch_req_{batch.id}_{error.line_no}",
+            custom_id=error.custom_id,
+            code=error.code,
+            message=error.message,
+        )
+    over = BatchStatus(batch.status).is_final
+    statuses = [s.value for s in JobStatus if s is not JobStatus.DONE]
+    if not over:
+        statuses = [s for s in statuses if s not in UNFINISHED]
+    jobs = (
+        select(Job)
+        .where(Job.batch_id == batch.id, Job.status.in_(statuses))
+        .order_by(Job.created_at, Job.id)
+        .execution_options(yield_per=READ_CHUNK)
+    )
+    for job in session.scalars(jobs):
+        yield error_line(
+            line_id=f"batch_req_{job.id}",
+            custom_id=job.custom_id,
+            code=job_error_code(job, batch.status),
+            message=job.error or f"the request ended {job.status}",
+            request_id=job.id,
+        )
+    if over and batch.enqueued < batch.total:
+        code = "batch_expired" if batch.status == BatchStatus.EXPIRED else "batch_cancelled"
+        for line in input_lines(
+            session, batch.input_file_id, start=batch.enqueued, stop=batch.total
+        ):
+            yield error_line(
+                line_id=f"batch_req_{batch.id}_{line.line_no}",
+                custom_id=line.custom_id,
+                code=code,
+                message=f"the batch was {batch.status} before this line was sent",
+            )
+
+
+# ---------------------------------------------------------------- batches
+
+
+def create_batch(
+    sessions: sessionmaker[Session],
+    *,
+    input_file_id: str,
+    endpoint: str,
+    completion_window: str,
+    owner: str | None,
+    tier: str = "auto",
+    metadata: dict[str, Any] | None = None,
+) -> Batch:
+    """A new batch (status validating) over an uploaded file of the same owner.
+
+    Raises ``InvalidRequest`` (unknown endpoint or tier, bad window, a file that is
+    not a batch input), ``NotFound`` (no such file for this owner).
+    """
+    if endpoint not in ENDPOINTS:
+        raise InvalidRequest(f"endpoint must be one of {', '.join(ENDPOINTS)}, not {endpoint!r}")
+    if tier != "auto" and tier not in {t.value for t in Tier}:
+        raise InvalidRequest(f"unknown tier {tier!r}")
+    window = parse_window(completion_window)
+    source = get_file(sessions, input_file_id, owner=owner)
+    if source.purpose != INPUT_PURPOSE:
+        raise InvalidRequest(f"file {input_file_id} is not a batch input (purpose batch)")
+    now = utcnow()
+    row = Batch(
+        id=new_batch_id(),
+        owner=source.owner if owner is None else owner,
+        input_file_id=source.id,
+        endpoint=endpoint,
+        completion_window=completion_window,
+        tier=tier,
+        status=BatchStatus.VALIDATING.value,
+        total=source.lines,
+        completed=0,
+        failed=0,
+        enqueued=0,
+        batch_metadata=metadata,
+        created_at=now,
+        expires_at=now + window,
+    )
+    with database_boundary("record the batch"), sessions.begin() as session:
+        session.add(row)
+    return row
+
+
+def get_batch(sessions: sessionmaker[Session], batch_id: str, *, owner: str | None) -> Batch:
+    """The batch's row as stored; raises ``NotFound`` (also for another owner's)."""
+    with database_boundary("read the batch"), sessions() as session:
+        row = session.get(Batch, batch_id[:40])
+    if row is None or (owner is not None and row.owner != owner):
+        raise NotFound(f"no batch with id {batch_id}")
+    return row
+
+
+def list_batches(
+    sessions: sessionmaker[Session], *, owner: str | None, limit: int = 20, after: str | None
+) -> tuple[list[Batch], bool]:
+    """The owner's batches, newest first, after the batch ``after``; and whether more follow."""
+    limit = max(1, min(limit, MAX_LIST_LIMIT))
+    query = select(Batch).order_by(Batch.created_at.desc(), Batch.id.desc())
+    if owner is not None:
+        query = query.where(Batch.owner == owner)
+    with database_boundary("list the batches"), sessions() as session:
+        if after is not None:
+            anchor = session.get(Batch, after[:40])
+            if anchor is None or (owner is not None and anchor.owner != owner):
+                raise NotFound(f"no batch with id {after}")
+            query = query.where(
+                (Batch.created_at < anchor.created_at)
+                | ((Batch.created_at == anchor.created_at) & (Batch.id < anchor.id))
+            )
+        rows = list(session.scalars(query.limit(limit + 1)))
+    return rows[:limit], len(rows) > limit
+
+
+def tally(session: Session, batch: Batch) -> Tally:
+    """Count where the batch's lines are, from its job rows and line errors."""
+    by_status = dict(
+        session.execute(
+            select(Job.status, func.count()).where(Job.batch_id == batch.id).group_by(Job.status)
+        ).all()
+    )
+    invalid = session.scalar(select(func.count()).where(BatchLineError.batch_id == batch.id))
+    unfinished = sum(int(by_status.get(s, 0)) for s in UNFINISHED)
+    done = int(by_status.get(JobStatus.DONE.value, 0))
+    ended = sum(int(n) for n in by_status.values()) - unfinished - done
+    return Tally(
+        total=batch.total,
+        handled=batch.enqueued,
+        invalid=int(invalid or 0),
+        done=done,
+        ended=ended,
+        unfinished=unfinished,
+    )
+
+
+def unfinished_jobs(sessions: sessionmaker[Session], batch_id: str) -> list[str]:
+    """Ids of the batch's jobs still queued or running."""
+    with database_boundary("read the batch's jobs"), sessions() as session:
+        return list(
+            session.scalars(
+                select(Job.id).where(Job.batch_id == batch_id, Job.status.in_(UNFINISHED))
+            )
+        )
+
+
+def refresh_batch(
+    sessions: sessionmaker[Session], batch_id: str, *, cancel_job: CancelJob
+) -> Batch:
+    """Recompute the batch's counts and status from its job rows; store and return it.
+
+    A batch past its window becomes ``expired`` and its unfinished jobs are cancelled
+    (``cancel_job``); one whose every line has a result becomes ``completed`` (through
+    ``finalizing``) with its output and error files. Safe to run anywhere, any number
+    of times at once: each change of status is one conditional ``UPDATE``.
+    """
+    with database_boundary("refresh the batch"), sessions() as session:
+        batch = session.get(Batch, batch_id)
+        if batch is None:
+            raise NotFound(f"no batch with id {batch_id}")
+        status = BatchStatus(batch.status)
+        if status.is_final:
+            return batch
+        counts = tally(session, batch)
+        now = utcnow()
+        enqueuing = batch.lease_until is not None and as_utc(batch.lease_until) > now
+        new = next_status(
+            status, counts, now=now, expires_at=as_utc(batch.expires_at), enqueuing=enqueuing
+        )
+    if new is BatchStatus.EXPIRED:
+        for job_id in unfinished_jobs(sessions, batch_id):
+            cancel_job(job_id)
+    values: dict[str, Any] = {"completed": counts.done, "failed": counts.failed}
+    if new is not status:
+        values |= _transition(new, now)
+        if new.is_final:
+            values |= _result_files(sessions, batch, new, counts)
+    with database_boundary("refresh the batch"), sessions.begin() as session:
+        session.execute(
+            update(Batch).where(Batch.id == batch_id, Batch.status == status.value).values(values)
+        )
+    with database_boundary("refresh the batch"), sessions() as session:
+        fresh = session.get(Batch, batch_id)
+    assert fresh is not None
+    return fresh
+
+
+def _transition(new: BatchStatus, now: datetime) -> dict[str, Any]:
+    values: dict[str, Any] = {"status": new.value}
+    if new is BatchStatus.IN_PROGRESS:
+        values["in_progress_at"] = now
+    elif new is BatchStatus.COMPLETED:
+        # Results are read from the job rows, so finalizing takes no time of its own.
+        values |= {"finalizing_at": now, "completed_at": now}
+    elif new is BatchStatus.FAILED:
+        values |= {
+            "failed_at": now,
+            "errors": [{"code": "invalid_file", "message": "no line of the input file is valid"}],
+        }
+    elif new is BatchStatus.EXPIRED:
+        values["expired_at"] = now
+    elif new is BatchStatus.CANCELLED:
+        values["cancelled_at"] = now
+    return values
+
+
+def _result_files(
+    sessions: sessionmaker[Session], batch: Batch, new: BatchStatus, counts: Tally
+) -> dict[str, Any]:
+    """Output and error file rows for a batch that just ended (sizes measured once)."""
+    ended = Batch(**{c.key: getattr(batch, c.key) for c in Batch.__table__.columns})
+    ended.status = new.value
+    files: dict[str, Any] = {}
+    with database_boundary("write the batch's result files"), sessions.begin() as session:
+        for purpose, column, lines in (
+            (OUTPUT_PURPOSE, "output_file_id", output_lines),
+            (ERROR_PURPOSE, "error_file_id", error_lines),
+        ):
+            size = count = 0
+            for text in lines(session, ended):
+                size += len(text.encode()) + 1
+                count += 1
+            if count == 0:
+                continue
+            row = BatchFile(
+                id=new_file_id(),
+                owner=batch.owner,
+                purpose=purpose,
+                filename=f"{batch.id}_{'output' if purpose == OUTPUT_PURPOSE else 'errors'}.jsonl",
+                bytes=size,
+                lines=count,
+                batch_id=batch.id,
+                created_at=utcnow(),
+            )
+            session.add(row)
+            files[column] = row.id
+    return files
+
+
+def cancel_batch(
+    sessions: sessionmaker[Session], batch_id: str, *, owner: str | None, cancel_job: CancelJob
+) -> Batch:
+    """Stop a batch: no more of its lines are sent, its unfinished jobs are cancelled.
+
+    It is ``cancelling`` until nothing of it runs, then ``cancelled``. A batch that
+    already ended is returned as it is. Raises ``NotFound``.
+    """
+    batch = get_batch(sessions, batch_id, owner=owner)
+    if BatchStatus(batch.status) in (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS):
+        with database_boundary("cancel the batch"), sessions.begin() as session:
+            session.execute(
+                update(Batch)
+                .where(Batch.id == batch.id, Batch.status.in_([s.value for s in ACTIVE[:2]]))
+                .values(status=BatchStatus.CANCELLING.value, cancelling_at=utcnow())
+            )
+    for job_id in unfinished_jobs(sessions, batch.id):
+        cancel_job(job_id)
+    return refresh_batch(sessions, batch.id, cancel_job=cancel_job)
+
+
+def active_batches(sessions: sessionmaker[Session]) -> list[tuple[str, bool]]:
+    """Every batch not yet over, and whether lines of it still wait to be enqueued by
+    someone (no live claim on it)."""
+    now = utcnow()
+    with database_boundary("find the running batches"), sessions() as session:
+        rows = session.execute(
+            select(Batch.id, Batch.status, Batch.enqueued, Batch.total, Batch.lease_until).where(
+                Batch.status.in_([s.value for s in ACTIVE])
+            )
+        ).all()
+    found = []
+    for batch_id, status, enqueued, total, lease_until in rows:
+        free = lease_until is None or as_utc(lease_until) <= now
+        waiting = status != BatchStatus.CANCELLING and enqueued < total and free
+        found.append((batch_id, waiting))
+    return found
+
+
+LEASE = timedelta(seconds=60)

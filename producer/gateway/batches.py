@@ -1,0 +1,180 @@
+"""The Batch API's routes, OpenAI's shapes: ``/v1/files`` and ``/v1/batches``.
+
+Thin: each route checks who calls, then calls :mod:`producer.batches` in a thread.
+Every id is the calling key's own: another key's file or batch is a 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
+
+from producer.batches import store
+from producer.batches.lines import CHAT_ENDPOINT
+from producer.batches.runner import BatchRunner
+from producer.batches.views import batch_object, file_object
+from producer.gateway.errors import BAD_REQUEST, GatewayError
+
+if TYPE_CHECKING:
+    from producer.gateway.app import Gateway
+
+FILES_PATH = "/v1/files"
+Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[Any]]
+
+
+class CreateBatch(BaseModel):
+    """``POST /v1/batches``; ``tier`` is llmq's (``extra_body``): one tier for every line."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    input_file_id: str = Field(min_length=1, max_length=100)
+    endpoint: str = CHAT_ENDPOINT
+    completion_window: str = "24h"
+    metadata: dict[str, str] | None = Field(default=None, max_length=16)
+    tier: str = "auto"
+
+
+class BatchApi:
+    """The routes, sharing the gateway's client, and the runner that feeds batches."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.runner: BatchRunner | None = None
+
+    async def _owner(self, request: Request) -> str | None:
+        identity = await self.gateway.identify(request)
+        return None if identity is None else identity.id
+
+    @property
+    def _sessions(self) -> Any:
+        return self.gateway.client.sessions
+
+    def _cancel(self, job_id: str) -> None:
+        self.gateway.client.sync.cancel(job_id)
+
+    async def upload(self, request: Request) -> JSONResponse:
+        owner = await self._owner(request)
+        try:
+            form = await request.form(max_files=1, max_fields=8)
+        except HTTPException as exc:
+            raise GatewayError(f"invalid multipart upload: {exc.detail}", BAD_REQUEST) from None
+        try:
+            upload = form.get("file")
+            purpose = form.get("purpose")
+            if not isinstance(upload, UploadFile) or not isinstance(purpose, str):
+                raise GatewayError(
+                    "send a multipart form with a 'file' and a 'purpose' field", BAD_REQUEST
+                )
+            upload.file.seek(0)
+            create = partial(
+                store.create_file,
+                filename=upload.filename or "upload.jsonl",
+                purpose=purpose,
+                owner=owner,
+                max_line_bytes=self.gateway.settings.max_body_bytes,
+            )
+            row = await asyncio.to_thread(create, self._sessions, upload.file)
+        finally:
+            await form.close()
+        return JSONResponse(file_object(row))
+
+    async def file(self, file_id: str, request: Request) -> JSONResponse:
+        owner = await self._owner(request)
+        row = await asyncio.to_thread(partial(store.get_file, owner=owner), self._sessions, file_id)
+        return JSONResponse(file_object(row))
+
+    async def content(self, file_id: str, request: Request) -> StreamingResponse:
+        owner = await self._owner(request)
+        row = await asyncio.to_thread(partial(store.get_file, owner=owner), self._sessions, file_id)
+        return StreamingResponse(
+            store.file_content(self._sessions, row), media_type="application/jsonl"
+        )
+
+    async def create(self, body: CreateBatch, request: Request) -> JSONResponse:
+        owner = await self._owner(request)
+        create = partial(
+            store.create_batch,
+            input_file_id=body.input_file_id,
+            endpoint=body.endpoint,
+            completion_window=body.completion_window,
+            owner=owner,
+            tier=body.tier,
+            metadata=body.metadata,
+        )
+        row = await asyncio.to_thread(create, self._sessions)
+        if self.runner is not None:
+            self.runner.wake()
+        return JSONResponse(batch_object(row))
+
+    async def retrieve(self, batch_id: str, request: Request) -> JSONResponse:
+        owner = await self._owner(request)
+        row = await asyncio.to_thread(
+            partial(store.get_batch, owner=owner), self._sessions, batch_id
+        )
+        refresh = partial(store.refresh_batch, cancel_job=self._cancel)
+        row = await asyncio.to_thread(refresh, self._sessions, row.id)
+        return JSONResponse(batch_object(row))
+
+    async def listing(
+        self, request: Request, limit: int = 20, after: str | None = None
+    ) -> JSONResponse:
+        owner = await self._owner(request)
+        find = partial(store.list_batches, owner=owner, limit=limit, after=after)
+        rows, has_more = await asyncio.to_thread(find, self._sessions)
+        data = [batch_object(row) for row in rows]
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": data,
+                "first_id": data[0]["id"] if data else None,
+                "last_id": data[-1]["id"] if data else None,
+                "has_more": has_more,
+            }
+        )
+
+    async def cancel(self, batch_id: str, request: Request) -> JSONResponse:
+        owner = await self._owner(request)
+        cancel = partial(store.cancel_batch, owner=owner, cancel_job=self._cancel)
+        row = await asyncio.to_thread(cancel, self._sessions, batch_id)
+        if self.runner is not None:
+            self.runner.wake()
+        return JSONResponse(batch_object(row))
+
+    def lifespan(self, inner: Lifespan) -> Lifespan:
+        """The app's lifespan, with the batch runner started after the gateway's client."""
+
+        @asynccontextmanager
+        async def with_runner(app: FastAPI) -> AsyncIterator[Any]:
+            async with inner(app) as state:
+                self.runner = BatchRunner(self.gateway.client.sync)
+                self.runner.start()
+                try:
+                    yield state
+                finally:
+                    await self.runner.stop()
+
+        return with_runner
+
+
+def add_batch_api(app: FastAPI, gateway: Gateway) -> None:
+    """Add the files and batches routes, and run the batch runner with the app."""
+    api = BatchApi(gateway)
+    app.add_api_route(FILES_PATH, api.upload, methods=["POST"])
+    app.add_api_route(FILES_PATH + "/{file_id}", api.file, methods=["GET"])
+    app.add_api_route(
+        FILES_PATH + "/{file_id}/content", api.content, methods=["GET"], response_model=None
+    )
+    app.add_api_route("/v1/batches", api.create, methods=["POST"])
+    app.add_api_route("/v1/batches", api.listing, methods=["GET"])
+    app.add_api_route("/v1/batches/{batch_id}", api.retrieve, methods=["GET"])
+    app.add_api_route("/v1/batches/{batch_id}/cancel", api.cancel, methods=["POST"])
+    app.router.lifespan_context = api.lifespan(app.router.lifespan_context)
