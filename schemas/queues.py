@@ -141,7 +141,6 @@ LOST_MESSAGE_SWEEP_LOCK_KEY = "llmq:lock:lost-message-sweep"
 """Lock that lets one reaper at a time re-send jobs whose message was lost."""
 
 
-
 def summary_night_lock_key(day: str) -> str:
     """Lock one summary runner holds while it works the night of ``day`` (YYYY-MM-DD)."""
     return f"llmq:lock:summaries:{day}"
