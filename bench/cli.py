@@ -193,6 +193,17 @@ BENCHES: tuple[Bench, ...] = (
         ),
     ),
     Bench(
+        "batch",
+        "N short requests as one batch vs one at a time; interactive TTFT during the batch",
+        "bench.batch:run_batch",
+        (
+            opt("--requests", default=200, help="requests, as one batch and one at a time"),
+            opt("--max-tokens", default=8, help="tokens per request"),
+            opt(*SAMPLES, default=20, help="interactive TTFT samples, idle and during"),
+            opt("--concurrency", default=8, help="the worker's slots"),
+        ),
+    ),
+    Bench(
         "faults",
         "kill workers, restart and fail over Redis, poison and fuzz: count losses",
         _faults,
