@@ -1,4 +1,4 @@
-"""Checks that decide, before anything is written, whether a job may be queued now."""
+"""Admission: whether a job may be queued now (a warm worker, room on its queue)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import redis
 from producer.status import live_workers
 from schemas.boundary import broker_boundary
 from schemas.errors import NoWarmWorker, QueueFull
-from schemas.queues import Priority, Tier, queue_name
+from schemas.queues import Tier
 from schemas.registry import WorkerEntry
 
 # Rough drain time per waiting job, for the Retry-After hint of a full queue.
@@ -17,19 +17,14 @@ RETRY_SECONDS_PER_1000 = 5
 WORKER_CACHE_S = 1.0
 
 
-def check_queue_depth(client: redis.Redis, tier: Tier, priority: Priority, limit: int) -> None:
-    """Raise ``QueueFull`` (with the depth and a retry hint) if the queue is at ``limit``."""
-    queue = queue_name(tier, priority)
-    with broker_boundary(f"check the depth of {queue}", then="nothing was enqueued"):
-        depth = int(client.llen(queue))
-    if depth >= limit:
-        retry_after = max(1, depth * RETRY_SECONDS_PER_1000 // 1000)
-        raise QueueFull(
-            f"queue {queue} is full ({depth} waiting, limit {limit}); "
-            f"retry in about {retry_after} s",
-            depth=depth,
-            retry_after_s=retry_after,
-        )
+def queue_full(queue: str, depth: int, limit: int) -> QueueFull:
+    """The error for a submit refused because ``queue`` holds ``depth`` of ``limit``."""
+    retry_after = max(1, depth * RETRY_SECONDS_PER_1000 // 1000)
+    return QueueFull(
+        f"queue {queue} is full ({depth} waiting, limit {limit}); retry in about {retry_after} s",
+        depth=depth,
+        retry_after_s=retry_after,
+    )
 
 
 class WorkerDirectory:

@@ -9,7 +9,7 @@ import redis
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from producer.admission import WorkerDirectory, check_queue_depth
+from producer.admission import WorkerDirectory
 from producer.conversations import with_conversation
 from producer.enqueue import Enqueuer
 from producer.jobs import (
@@ -28,7 +28,7 @@ from producer.submission import RequestLike, prepare_submission
 from schemas.boundary import broker_boundary
 from schemas.broker import redis_client as broker_client
 from schemas.db import make_engine, make_sessions
-from schemas.errors import BrokerUnavailable, JobFailed
+from schemas.errors import BrokerUnavailable, JobFailed, QueueFull
 from schemas.events import ErrorEvent, TerminalEvent, TokenEvent, is_terminal
 from schemas.jobs import CANCELLED_MESSAGE, JobResult, JobStatus
 from schemas.prompt_registry import PromptCatalog
@@ -84,8 +84,9 @@ class Client:
         """Validate, route, record and enqueue ``request``; return at once with a handle.
 
         ``request`` is text, a dict or a ``GenerationRequest``. The job row is committed
-        (status queued) before the message is published; if publishing fails the row is
-        removed, so nothing is left half-enqueued. ``owner`` records who submitted it
+        (status queued) before the message is published; if publishing fails (Redis
+        refuses, or the queue is at its depth limit) the row is removed, so nothing is
+        left half-enqueued. ``owner`` records who submitted it
         (the gateway's API key id, or any namespace of up to 32 characters) and scopes
         ``idempotency_key``: the same owner, key and request return the same job; the
         same owner and key with a different request raise ``IdempotencyConflict``; another
@@ -116,9 +117,6 @@ class Client:
         priority_ = submission.options.priority
         if require_warm_worker:
             self._workers.require_warm(tier_)
-        limit = self.settings.tier(tier_).max_queue_depth.get(priority_)
-        if limit is not None:
-            check_queue_depth(self._redis, tier_, priority_, limit)
         job, created = insert_job(
             self._sessions,
             owner=submission.options.owner,
@@ -132,9 +130,12 @@ class Client:
         if created:
             try:
                 self._enqueuer.enqueue(
-                    job.id, tier=submission.decision.tier, priority=submission.options.priority
+                    job.id,
+                    tier=tier_,
+                    priority=priority_,
+                    max_depth=self.settings.tier(tier_).max_queue_depth.get(priority_),
                 )
-            except BrokerUnavailable:
+            except (BrokerUnavailable, QueueFull):
                 delete_job(self._sessions, job.id)
                 raise
         return JobHandle(self, job.id, Tier(job.tier), Priority(job.priority))

@@ -1,8 +1,9 @@
 """Publishing job messages on the tier queues, in Celery's own protocol.
 
 The producer names the task, so it never imports the workers package. A message is
-one ``LPUSH`` of what Celery would have sent (``schemas.messages``): Celery's publish
-path costs about a millisecond more on every submit, on the way to the first token.
+one ``LPUSH`` of what Celery would have sent (``schemas.messages``), behind the queue's
+depth check in the same script: Celery's publish path costs about a millisecond more on
+every submit, on the way to the first token.
 """
 
 from __future__ import annotations
@@ -10,10 +11,23 @@ from __future__ import annotations
 import redis
 from celery import Celery
 
+from producer.admission import queue_full
 from schemas.boundary import broker_boundary
 from schemas.messages import celery_job_message
 from schemas.queues import Priority, Tier, celery_config, kombu_queues, queue_name
 from schemas.settings import Settings
+
+# KEYS[1]: the queue. ARGV: the message, the depth limit (-1: none). The depth check and
+# the push are one round trip and one atomic step: no burst of submits can pass one
+# stale depth. Returns the depth before the push, or -(depth + 1) when the queue is
+# full and nothing was pushed.
+PUSH_IF_ROOM = """
+local depth = redis.call('LLEN', KEYS[1])
+local limit = tonumber(ARGV[2])
+if limit >= 0 and depth >= limit then return -depth - 1 end
+redis.call('LPUSH', KEYS[1], ARGV[1])
+return depth
+"""
 
 
 class Enqueuer:
@@ -21,6 +35,7 @@ class Enqueuer:
 
     def __init__(self, settings: Settings, client: redis.Redis) -> None:
         self._redis = client
+        self._push_if_room = client.register_script(PUSH_IF_ROOM)
         self._app = Celery("llmq-producer", set_as_current=False)
         self._app.conf.update(
             celery_config(
@@ -30,17 +45,26 @@ class Enqueuer:
         )
         self._app.conf.task_queues = kombu_queues()
 
-    def enqueue(self, job_id: str, *, tier: Tier, priority: Priority) -> None:
-        """Publish one job; raises ``BrokerUnavailable`` if Redis cannot take it."""
+    def enqueue(
+        self, job_id: str, *, tier: Tier, priority: Priority, max_depth: int | None = None
+    ) -> None:
+        """Publish one job; raises ``QueueFull`` when its queue already holds ``max_depth``
+        messages (nothing is pushed), ``BrokerUnavailable`` if Redis cannot take it."""
         queue = queue_name(tier, priority)
+        message = celery_job_message(job_id, tier, priority)
         with broker_boundary(f"enqueue on {queue}", then="nothing was enqueued"):
-            self._redis.lpush(queue, celery_job_message(job_id, tier, priority))
+            limit = -1 if max_depth is None else max_depth
+            depth = int(self._push_if_room(keys=[queue], args=[message, limit]))
+        if depth < 0:
+            raise queue_full(queue, -depth - 1, max_depth or 0)
 
     def connect(self) -> None:
         """Open the broker connection now; raises ``BrokerUnavailable``."""
         with broker_boundary("connect to the broker"), self._app.producer_or_acquire() as producer:
             producer.connection.ensure_connection(max_retries=1)
-            # Declaring binds each queue once; done here, the first publish skips it.
+            # Declaring binds each queue once, and loading the script makes the first
+            # push one round trip too.
+            self._redis.script_load(PUSH_IF_ROOM)
             for queue in self._app.amqp.queues.values():
                 producer.maybe_declare(queue)
 

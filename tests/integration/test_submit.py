@@ -12,9 +12,15 @@ from sqlalchemy import create_engine, func, select
 from sqlalchemy.orm import Session
 
 from producer.client import Client
-from schemas.errors import BrokerUnavailable, IdempotencyConflict, InvalidRequest, PromptTooLong
+from schemas.errors import (
+    BrokerUnavailable,
+    IdempotencyConflict,
+    InvalidRequest,
+    PromptTooLong,
+    QueueFull,
+)
 from schemas.jobs import JobStatus
-from schemas.queues import GENERATE_TASK, Tier, all_queues
+from schemas.queues import GENERATE_TASK, Priority, Tier, all_queues, queue_name
 from schemas.settings import Settings, TierConfig
 from schemas.tables import Job
 
@@ -195,3 +201,20 @@ def test_a_system_prompt_too_long_for_the_tier_is_refused_at_submit(
         client.submit(request, tier="small")
     assert job_rows(integration_settings) == []
     assert queued_messages(integration_settings) == {}
+
+
+def test_a_full_queue_refuses_the_submit_and_leaves_no_row(integration_settings: Settings) -> None:
+    tiers = {
+        tier: TierConfig(max_queue_depth={Priority.INTERACTIVE: 2, Priority.BATCH: 0})
+        for tier in Tier
+    }
+    settings = integration_settings.model_copy(update={"tiers": tiers})
+    with Client(settings) as client:
+        kept = [client.submit("hi", tier="small").job_id for _ in range(2)]
+        with pytest.raises(QueueFull, match="is full \\(2 waiting, limit 2\\)") as refused:
+            client.submit("hi", tier="small")
+        assert refused.value.depth == 2
+        with pytest.raises(QueueFull, match="limit 0"):
+            client.submit("hi", tier="small", priority="batch")
+    assert sorted(row.id for row in job_rows(settings)) == sorted(kept)
+    assert len(queued_messages(settings)[queue_name(Tier.SMALL, Priority.INTERACTIVE)]) == 2
