@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
@@ -19,6 +20,9 @@ from schemas.queues import Priority, Tier
 from schemas.settings import Settings
 
 Handler = Callable[[argparse.Namespace], int]
+
+# What a shell reports for a process ended by SIGPIPE (128 + 13).
+BROKEN_PIPE_EXIT = 141
 
 EXTRA_HINT = "this command needs the worker extra: pip install 'llmq[cpu]' (or 'llmq[gpu]')"
 
@@ -35,6 +39,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return 2
+    return run_handler(handler, args)
+
+
+def run_handler(handler: Handler, args: argparse.Namespace) -> int:
+    """Run a command; what goes wrong becomes one line on stderr and an exit code."""
     try:
         return handler(args)
     except LlmqError as exc:
@@ -46,6 +55,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("llmq: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (llmq batch results ID | head): stop quietly, and keep
+        # Python from complaining again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE_EXIT
+    except Exception as exc:
+        # A bug, not the user's doing: one line for them, the traceback for a bug report.
+        logging.getLogger("llmq").debug("unexpected error", exc_info=True)
+        print(
+            f"llmq: internal error ({exc.__class__.__name__}: {exc}); "
+            "run with --log-level DEBUG for the traceback",
+            file=sys.stderr,
+        )
+        return 1
 
 
 def build_parser() -> argparse.ArgumentParser:
