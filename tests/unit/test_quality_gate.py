@@ -1,0 +1,254 @@
+"""The A/B gate's core: each scoring rule, the case file format, the paired statistics."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from producer.quality import (
+    BUNDLED_CASES,
+    Case,
+    PairedResult,
+    Rule,
+    load_cases,
+    paired_gate,
+    parse_cases,
+    score,
+)
+from producer.quality.scoring import chosen_option, first_json_object
+from producer.quality.stats import mcnemar_exact, newcombe_paired, wilson
+from schemas.errors import ConfigError
+
+
+def case(rule: str, expected: object, **extra: object) -> Case:
+    return Case.model_validate(
+        {"id": "c", "prompt": "q", "rule": rule, "expected": expected, **extra}
+    )
+
+
+@pytest.mark.parametrize(
+    ("answer", "right"),
+    [
+        ("12", True),
+        (" 12. ", True),
+        ("**12**", True),
+        ("12\nbecause 7+5", True),
+        ("The answer is 12", False),
+        ("13", False),
+        ("", False),
+    ],
+)
+def test_exact(answer: str, right: bool) -> None:
+    assert score(case("exact", "12"), answer) is right
+
+
+def test_exact_ignores_case_and_spacing() -> None:
+    assert score(case("exact", "Paris"), "  paris.") is True
+
+
+@pytest.mark.parametrize(
+    ("expected", "answer", "right"),
+    [
+        ("9 am", "We open at 9 AM on weekdays.", True),
+        ("9 am", "We open at 10 am.", False),
+        (["refund", "5 business days"], "Your refund arrives in 5  business days.", True),
+        (["refund", "5 business days"], "Your refund arrives soon.", False),
+    ],
+)
+def test_contains(expected: str | list[str], answer: str, right: bool) -> None:
+    assert score(case("contains", expected), answer) is right
+
+
+def test_regex() -> None:
+    rule = case("regex", r"\b(?:42|forty[- ]two)\b")
+    assert score(rule, "It is forty-two.") is True
+    assert score(rule, "It is 420.") is False
+
+
+@pytest.mark.parametrize(
+    ("answer", "letter"),
+    [
+        ("B", "B"),
+        ("(b) the second", "B"),
+        ("Answer: C", "C"),
+        ("The answer is D.", "D"),
+        ("E) none", "E"),
+        ("I think so", None),
+        ("", None),
+    ],
+)
+def test_choice_letter(answer: str, letter: str | None) -> None:
+    assert chosen_option(answer) == letter
+    assert score(case("choice", "B"), answer) is (letter == "B")
+
+
+def test_choice_by_option_text() -> None:
+    assert score(case("choice", "Express shipping"), "express shipping is faster") is True
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "order": {"type": "integer"}},
+    "required": ["name", "order"],
+}
+
+
+@pytest.mark.parametrize(
+    ("answer", "right"),
+    [
+        ('{"name": "Ana", "order": 1182}', True),
+        ('Sure! {"name": "Ana", "order": 1182} done', True),
+        ('```json\n{"name": "Ana", "order": "1182"}\n```', False),
+        ('{"name": "Ana"}', False),
+        ("no json here {", False),
+    ],
+)
+def test_json_schema(answer: str, right: bool) -> None:
+    assert score(case("json_schema", SCHEMA), answer) is right
+
+
+def test_first_json_object_skips_broken_braces() -> None:
+    assert first_json_object('{oops} then {"a": 1}') == {"a": 1}
+
+
+def fake_embed(texts: Sequence[str]) -> npt.NDArray[np.float32]:
+    """Bag-of-letters vectors: texts sharing letters are similar, enough to test the rule."""
+    rows = []
+    for text in texts:
+        vector = np.zeros(26, dtype=np.float32)
+        for char in text.lower():
+            if "a" <= char <= "z":
+                vector[ord(char) - 97] += 1
+        rows.append(vector / max(float(np.linalg.norm(vector)), 1e-6))
+    return np.stack(rows)
+
+
+def test_similarity_with_and_without_a_pass_mark() -> None:
+    marked = case("similarity", "your parcel ships tomorrow", threshold=0.9)
+    assert score(marked, "your parcel ships tomorrow", embed=fake_embed) is True
+    assert score(marked, "xyz", embed=fake_embed) is False
+    graded = case("similarity", "your parcel ships tomorrow", threshold=None)
+    value = score(graded, "parcel", embed=fake_embed)
+    assert isinstance(value, float) and 0 < value < 1
+    assert score(graded, "", embed=fake_embed) == 0.0
+
+
+def test_case_format_errors_name_the_line() -> None:
+    good = json.dumps({"id": "a", "prompt": "p", "rule": "exact", "expected": "1"})
+    with pytest.raises(ConfigError, match=r":2: not JSON"):
+        parse_cases([good, "{"])
+    with pytest.raises(ConfigError, match="duplicate case id"):
+        parse_cases([good, good])
+    with pytest.raises(ConfigError, match=r":1: rule"):
+        parse_cases([json.dumps({"id": "a", "prompt": "p", "rule": "nope", "expected": "1"})])
+    both = {"id": "a", "prompt": "p", "messages": [], "rule": "exact", "expected": "1"}
+    with pytest.raises(ConfigError, match="exactly one"):
+        parse_cases([json.dumps(both)])
+    bad_regex = {"id": "a", "prompt": "p", "rule": "regex", "expected": "("}
+    with pytest.raises(ConfigError, match="regular expression"):
+        parse_cases([json.dumps(bad_regex)])
+
+
+def test_bundled_cases() -> None:
+    cases = load_cases(BUNDLED_CASES)
+    assert len(cases) >= 300
+    assert {c.rule for c in cases} == set(Rule)
+    assert all(c.chat()[-1]["content"] for c in cases)
+
+
+# Statistics.
+
+
+def test_wilson_matches_the_textbook() -> None:
+    interval = wilson(8, 10)
+    assert interval.value == 0.8
+    assert interval.low == pytest.approx(0.4902, abs=1e-3)
+    assert interval.high == pytest.approx(0.9433, abs=1e-3)
+
+
+def test_newcombe_covers_the_true_difference() -> None:
+    # Coverage by simulation: correlated pairs, n=40, true difference -0.1.
+    rng = np.random.default_rng(7)
+    probabilities = [0.5, 0.1, 0.2, 0.2]  # both, b_only, a_only, neither
+    hits = 0
+    trials = 2000
+    for _ in range(trials):
+        both, b_only, a_only, neither = rng.multinomial(40, probabilities)
+        interval = newcombe_paired(int(both), int(b_only), int(a_only), int(neither))
+        assert interval.low <= interval.value <= interval.high
+        hits += interval.low <= -0.1 <= interval.high
+    assert 0.93 <= hits / trials <= 0.985
+
+
+def test_newcombe_agreeing_pairs_are_narrower_than_unpaired() -> None:
+    paired = newcombe_paired(10, 0, 0, 10)
+    assert paired.high - paired.low < 0.01
+    unanimous = newcombe_paired(20, 0, 0, 0)  # all right: little is known at n=20
+    assert unanimous.low < -0.1
+
+
+def test_mcnemar() -> None:
+    assert mcnemar_exact(0, 0) == 1.0
+    assert mcnemar_exact(0, 10) == pytest.approx(2 / 1024)
+
+
+def test_identical_variants_pass() -> None:
+    scores = [i % 3 != 0 for i in range(60)]
+    result = paired_gate([PairedResult(str(i), s, s) for i, s in enumerate(scores)])
+    assert result.verdict == "pass"
+    assert result.delta.value == 0
+    assert result.flips.a_only == result.flips.b_only == 0
+    assert result.a == result.b
+    assert result.cases_needed is None
+
+
+def test_identical_at_twenty_cases_pass() -> None:
+    scores = [i % 2 == 0 for i in range(20)]
+    assert paired_gate([(s, s) for s in scores]).verdict == "pass"
+
+
+def test_clearly_worse_fails() -> None:
+    pairs = [(True, i % 4 == 0) for i in range(20)]
+    result = paired_gate(pairs)
+    assert result.verdict == "fail"
+    assert result.delta.high < -0.03
+    assert result.flips.a_only == 15
+    assert result.mcnemar_p is not None and result.mcnemar_p < 0.001
+
+
+def test_small_n_is_inconclusive() -> None:
+    result = paired_gate([(True, True), (True, False), (False, True), (True, True)])
+    assert result.verdict == "inconclusive"
+    assert result.cases_needed is not None and result.cases_needed >= 10
+
+
+def test_inconclusive_says_how_many_cases_would_decide() -> None:
+    pairs = [(True, True)] * 30 + [(True, False)] * 3 + [(False, True)] * 2 + [(False, False)] * 15
+    result = paired_gate(pairs)
+    assert result.verdict == "inconclusive"
+    assert result.cases_needed is not None and result.cases_needed > 50
+
+
+def test_threshold_is_configurable() -> None:
+    pairs = [(True, True)] * 80 + [(True, False)] * 4 + [(False, False)] * 16
+    assert paired_gate(pairs, threshold_points=20).verdict == "pass"
+    assert paired_gate(pairs, threshold_points=0).verdict in ("fail", "inconclusive")
+
+
+def test_graded_scores_use_the_paired_bootstrap() -> None:
+    rng = np.random.default_rng(1)
+    a = rng.uniform(0.4, 1.0, size=80)
+    same = paired_gate([(float(x), float(x)) for x in a])
+    assert same.method == "paired-bootstrap" and same.verdict == "pass"
+    worse = paired_gate([(float(x), float(x) * 0.5) for x in a])
+    assert worse.verdict == "fail"
+    assert paired_gate([(float(x), float(x)) for x in a], seed=3).delta == same.delta
+
+
+def test_bad_scores_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        paired_gate([(1.5, 1.0)])
