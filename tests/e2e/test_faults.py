@@ -8,11 +8,16 @@ is in ``test_fuzz_queue.py`` and ``tests/unit/test_fuzz_requests.py``).
 
 from __future__ import annotations
 
+import io
+import json
+import time
 from collections.abc import Iterator
 
 import pytest
+from sqlalchemy import select
 
 from bench.faults import (
+    TIER,
     Lab,
     fault_lab,
     finished_reconnects,
@@ -20,8 +25,13 @@ from bench.faults import (
     poison_job,
     redis_restart,
 )
+from producer.batches import store
+from producer.batches.enqueue import enqueue_batch
+from producer.batches.status import BatchStatus
 from producer.client import Client
+from schemas.jobs import JobStatus
 from schemas.settings import Settings
+from schemas.tables import Batch, Job
 from tests.conftest import postgres_database, truncate_jobs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]
@@ -82,3 +92,74 @@ def test_rereading_streams_from_random_points_has_no_gaps_or_duplicates(
         handle.result(timeout=300)
     gaps, dups = finished_reconnects(client, [h.job_id for h in handles], times=100, seed=5)
     assert (gaps, dups) == (0, 0)
+
+
+def start_batch(client: Client, *, lines: int, max_tokens: int) -> str:
+    """Upload ``lines`` requests as one batch and send them all as batch-priority jobs."""
+    body = {"model": TIER.value, "max_tokens": max_tokens, "temperature": 0}
+    requests = [
+        {
+            "custom_id": f"line-{n}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": body | {"messages": [{"role": "user", "content": f"Tell a story {n}."}]},
+        }
+        for n in range(lines)
+    ]
+    data = "\n".join(json.dumps(r) for r in requests).encode()
+    uploaded = store.create_file(
+        client.sessions,
+        io.BytesIO(data),
+        filename="kill.jsonl",
+        purpose=store.INPUT_PURPOSE,
+        owner="fault-lab",
+        max_line_bytes=1 << 16,
+    )
+    batch = store.create_batch(
+        client.sessions,
+        input_file_id=uploaded.id,
+        endpoint="/v1/chat/completions",
+        completion_window="1h",
+        owner="fault-lab",
+    )
+    assert enqueue_batch(client, batch.id, holder="fault-lab")
+    return batch.id
+
+
+def running_worker_of(client: Client, batch_id: str, timeout_s: float) -> str:
+    """The worker of the first of the batch's lines seen running."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with client.sessions() as session:
+            worker_id = session.scalar(
+                select(Job.worker_id)
+                .where(Job.batch_id == batch_id, Job.status == JobStatus.RUNNING.value)
+                .limit(1)
+            )
+        if worker_id:
+            return worker_id
+        time.sleep(0.05)
+    raise AssertionError("no line of the batch started")
+
+
+def test_a_batch_survives_a_worker_kill(lab: tuple[Lab, Client]) -> None:
+    # Last in this module: it leaves the lab one worker (no replacement to warm).
+    the_lab, client = lab
+    lines = 3 * the_lab.concurrency
+    batch_id = start_batch(client, lines=lines, max_tokens=48)
+    the_lab.kill(running_worker_of(client, batch_id, timeout_s=120))
+    deadline = time.monotonic() + 600
+    while not BatchStatus((row := refresh(client, batch_id)).status).is_final:
+        assert time.monotonic() < deadline, f"batch still {row.status}"
+        time.sleep(0.5)
+    assert row.status == BatchStatus.COMPLETED.value
+    with client.sessions() as session:
+        output = [json.loads(line) for line in store.output_lines(session, row)]
+        attempts = session.scalars(select(Job.attempts).where(Job.batch_id == batch_id)).all()
+    answered = sorted(line["custom_id"] for line in output)
+    assert answered == sorted(f"line-{n}" for n in range(lines))  # each line once
+    assert max(attempts) >= 2  # the killed worker's lines ran again elsewhere
+
+
+def refresh(client: Client, batch_id: str) -> Batch:
+    return store.refresh_batch(client.sessions, batch_id, cancel_job=client.cancel)
