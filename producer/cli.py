@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
-        level=getattr(args, "log_level", "WARNING"),
+        level=getattr(args, "log_level", None) or "WARNING",
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     handler: Handler | None = getattr(args, "handler", None)
@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="llmq", description="Queue-first LLM serving: submit, route, stream."
     )
-    parser.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
+    # None when not given, so a command can tell "default" from an explicit choice.
+    parser.add_argument("--log-level", default=None, help="logging level (default WARNING)")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     _add_submit(commands)
     _add_status(commands)

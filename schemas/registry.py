@@ -20,6 +20,9 @@ from schemas.queues import Tier
 
 log = logging.getLogger(__name__)
 
+# What a warming worker reports, in order, so ``llmq up`` and ``llmq top`` can say it.
+WARMING_PHASES = ("loading", "warm-up", "prefilling prompts")
+
 
 class WorkerEntry(BaseModel):
     """One worker as the registry shows it; fields not known here are ignored."""
@@ -32,6 +35,8 @@ class WorkerEntry(BaseModel):
     """Job slots the worker runs at once."""
     warm: bool = False
     """Whether the engine is warm; only then does the worker take work."""
+    phase: str | None = None
+    """While warming, what the worker is doing: one of :data:`WARMING_PHASES`."""
     in_flight: int = 0
     started_at: float | None = None
     warm_at: float | None = None

@@ -23,22 +23,69 @@ def register_worker(commands: Any) -> None:
     worker.add_argument(
         "--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port"
     )
+    worker.add_argument(
+        "--verbose",
+        action="store_true",
+        help="engine logs on the terminal (default there: a few lines, the logs in a file)",
+    )
     worker.set_defaults(handler=_worker)
 
 
 def _worker(args: argparse.Namespace) -> int:
+    import logging
+    import os
+    import sys
+
     from schemas.settings import Settings
     from workers.worker import WorkerOptions, run_worker
 
     settings = Settings.from_env()
+    loglevel = args.log_level or settings.log_level
+    # The process logs at the worker's level (the top-level default is WARNING).
+    logging.getLogger().setLevel(loglevel.upper())
     options = WorkerOptions(
         tier=Tier(args.tier),
         gpu=args.gpu,
         concurrency=args.concurrency,
-        loglevel=settings.log_level,
+        loglevel=loglevel,
         metrics_port=args.metrics_port,
     )
-    return run_worker(settings, options)
+    # Quiet only for a person at a terminal who asked for nothing else; a container's
+    # log collector and an explicit --log-level or LLMQ_LOG_LEVEL get everything.
+    explicit = args.verbose or args.log_level is not None or "LLMQ_LOG_LEVEL" in os.environ
+    if explicit or not sys.stderr.isatty():
+        return run_worker(settings, options)
+    return _quiet_worker(settings, options)
+
+
+def _quiet_worker(settings: Any, options: Any) -> int:
+    import dataclasses
+    import os
+
+    from workers.console import StartupView, default_log_path, explain_notes, output_to_file
+    from workers.worker import run_worker
+
+    tier = options.tier.value
+    log_path = default_log_path(settings.model_cache_dir / "logs", f"worker-{tier}-{os.getpid()}")
+    with output_to_file(log_path) as terminal:
+        view = StartupView(terminal, prefix=f"llmq worker {tier}")
+        view.say(f"engine logs go to {log_path}")
+        view.warming("engine")
+
+        def on_phase(phase: str) -> None:
+            if phase != "ready":
+                view.phase(phase)
+                return
+            took = view.done()
+            view.say(f"warm after {took:.0f} s; consuming llm.{tier}.* (Ctrl-C stops)")
+            if note := explain_notes(log_path):
+                view.say(f"note: {note}")
+
+        try:
+            return run_worker(settings, dataclasses.replace(options, on_phase=on_phase))
+        finally:
+            view.done()
+            view.say(f"stopped; the full log is {log_path}")
 
 
 def register_model(commands: Any) -> None:
@@ -66,6 +113,11 @@ def register_up(commands: Any) -> None:
     )
     up.add_argument("--tier", default=None, help="tier of the worker (default: the default tier)")
     up.add_argument("--concurrency", type=int, default=None)
+    up.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show every log line (default: a few lines, the logs in a file)",
+    )
     up.set_defaults(handler=_up)
 
 
@@ -75,4 +127,4 @@ def _up(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env()
     tier = Tier(args.tier) if args.tier else settings.default_tier
-    return run_up(settings, tier=tier, concurrency=args.concurrency)
+    return run_up(settings, tier=tier, concurrency=args.concurrency, verbose=args.verbose)

@@ -60,9 +60,16 @@ class WorkerRegistration(BackgroundLoop):
         self._redis.sadd(KNOWN_WORKERS_KEY, self._entry.worker_id)
         self.start()
 
+    def set_phase(self, phase: str) -> None:
+        """Say what the warming worker is doing now (``schemas.registry.WARMING_PHASES``)."""
+        self._entry = self._entry.model_copy(update={"phase": phase})
+        self._write()
+
     def mark_warm(self) -> None:
         """Say this worker's engine is warm; from now on it takes work."""
-        self._entry = self._entry.model_copy(update={"warm": True, "warm_at": time.time()})
+        self._entry = self._entry.model_copy(
+            update={"warm": True, "warm_at": time.time(), "phase": None}
+        )
         self._write()
 
     def withdraw(self) -> None:

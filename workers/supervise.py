@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import IO
 
 from schemas.broker import redis_client
@@ -67,8 +68,12 @@ def wait_until_warm(
     process: subprocess.Popen[bytes],
     *,
     timeout: float = WARM_TIMEOUT_S,
+    on_phase: Callable[[str], None] | None = None,
 ) -> str:
-    """Block until the worker reports warm; return its id. Raises ``EngineError``."""
+    """Block until the worker reports warm; return its id. Raises ``EngineError``.
+
+    ``on_phase`` hears each warming phase the worker reports (loading, warm-up, ...).
+    """
     client = redis_client(settings.broker_url)
     pattern = f"{WORKER_KEY_PREFIX}{tier.value}-{process.pid}-*@*"
     deadline = time.monotonic() + timeout
@@ -77,8 +82,13 @@ def wait_until_warm(
             if process.poll() is not None:
                 raise EngineError(f"the worker exited with code {process.returncode}")
             for key in client.scan_iter(match=pattern):
-                if client.hget(key, "warm") == b"1":
+                warm, phase = client.hmget(key, ["warm", "phase"])
+                if warm == b"1":
                     return str(key.decode()).removeprefix(WORKER_KEY_PREFIX)
+                if on_phase is not None and phase:
+                    reported = json.loads(phase)
+                    if isinstance(reported, str):
+                        on_phase(reported)
             time.sleep(0.25)
     finally:
         client.close()

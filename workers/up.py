@@ -9,44 +9,82 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from urllib.parse import urlparse
 
 import redis
 
 from schemas.boundary import redact_url
 from schemas.broker import redis_client
-from schemas.errors import BrokerUnavailable, EngineError
+from schemas.errors import BrokerUnavailable, EngineError, LlmqError
 from schemas.queues import Tier
 from schemas.settings import Settings
+from workers.console import StartupView, default_log_path, explain_notes, output_to_file
 from workers.models import resolve_model
 from workers.supervise import start_worker_process, stop_process, wait_until_warm
 
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 
 
-def run_up(settings: Settings, *, tier: Tier, concurrency: int | None) -> int:
-    """Bring the stack up, wait for the worker to be warm, serve until Ctrl-C (or SIGTERM)."""
+def run_up(
+    settings: Settings, *, tier: Tier, concurrency: int | None, verbose: bool = False
+) -> int:
+    """Bring the stack up, wait for the worker to be warm, serve until Ctrl-C (or SIGTERM).
+
+    Unless ``verbose``, everything the database migration, the model conversion and the
+    worker (with its engine processes) print goes to a log file; the terminal gets a few
+    lines and one live line while the engine warms.
+    """
     # Stop the same way on Ctrl-C and on SIGTERM from a supervisor, even when started
     # from a shell that ignores SIGINT for background jobs.
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
-    with local_redis(settings.broker_url):
+    # A closed terminal must not leave the worker and its engine running.
+    signal.signal(signal.SIGHUP, _interrupt)
+    if verbose:
+        return _serve(settings, tier, concurrency, StartupView(sys.stdout, prefix="llmq up"))
+    log_path = default_log_path(settings.model_cache_dir / "logs", "up")
+    with output_to_file(log_path) as terminal:
+        view = StartupView(terminal, prefix="llmq up")
+        view.say(f"logs go to {log_path} (--verbose shows them here)")
+        try:
+            return _serve(settings, tier, concurrency, view, log_path=log_path)
+        except LlmqError:
+            view.say(f"failed; the full log is {log_path}")
+            raise
+
+
+def _serve(
+    settings: Settings,
+    tier: Tier,
+    concurrency: int | None,
+    view: StartupView,
+    *,
+    log_path: Path | None = None,
+) -> int:
+    with local_redis(settings.broker_url, say=view.say):
         _run(["db", "upgrade"])
-        say(f"database ready: {settings.database_url}")
-        say(f"model ready: {resolve_model(settings.tier(tier).model, settings.bundled_model_dir)}")
+        view.say(f"database ready: {redact_url(settings.database_url)}")
+        model = resolve_model(settings.tier(tier).model, settings.bundled_model_dir)
+        view.say(f"model ready: {model}")
         worker = start_worker_process(settings, tier, concurrency=concurrency)
         try:
-            say(
-                f"starting a {tier} worker; its engine loads and warms up (about a minute on a CPU)"
-            )
-            wait_until_warm(settings, tier, worker)
-            say(f"llmq is up: one warm {tier} worker. Try:  llmq submit 'Where is my order?'")
-            say("Ctrl-C stops everything.")
+            view.warming(f"{tier} worker")
+            wait_until_warm(settings, tier, worker, on_phase=view.phase)
+            took = view.done()
+            view.say(f"ready: one warm {tier} worker (warmed in {took:.0f} s). Try:")
+            view.say("  llmq submit 'Where is my order?'   # streams an answer")
+            view.say("  llmq top                           # queues, workers, latency, live")
+            if log_path is not None and (note := explain_notes(log_path)):
+                view.say(f"note: {note}")
+            view.say("Ctrl-C stops everything.")
             return worker.wait()
         except KeyboardInterrupt:
-            say("stopping the worker (it finishes what it is running)...")
+            view.done()
+            view.say("stopping the worker (it finishes what it is running)...")
             return 0
         finally:
+            view.done()
             stop_process(worker)
 
 
@@ -54,15 +92,15 @@ def _interrupt(_signum: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def say(message: str) -> None:
+def _print(message: str) -> None:
     print(f"llmq up: {message}", flush=True)
 
 
 @contextlib.contextmanager
-def local_redis(url: str) -> Iterator[None]:
+def local_redis(url: str, *, say: Callable[[str], None] = _print) -> Iterator[None]:
     """Use Redis at ``url``; if none answers on a local address, run one until exit."""
     if _redis_answers(url):
-        say(f"using Redis at {redact_url(url)}")
+        say(f"Redis found at {redact_url(url)}")
         yield
         return
     parsed = urlparse(url)
@@ -80,7 +118,7 @@ def local_redis(url: str) -> Iterator[None]:
     )
     try:
         _wait_for(lambda: _redis_answers(url), 10.0, "redis-server did not start")
-        say(f"no Redis answered at {url}: started {binary} on port {port} (pid {server.pid})")
+        say(f"no Redis answered at {redact_url(url)}: started redis-server on port {port}")
         yield
     finally:
         server.terminate()
@@ -105,4 +143,10 @@ def _wait_for(check: Callable[[], bool], timeout: float, failure: str) -> None:
 
 
 def _run(args: list[str]) -> None:
-    subprocess.run([sys.executable, "-m", "producer.cli", *args], check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "producer.cli", *args], check=False, capture_output=True, text=True
+    )
+    # Its output goes to the log (the terminal only with --verbose).
+    print(done.stdout + done.stderr, flush=True)
+    if done.returncode:
+        raise LlmqError(f"llmq {' '.join(args)} failed: {done.stderr.strip() or done.stdout}")

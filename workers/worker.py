@@ -9,6 +9,7 @@ import secrets
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis
@@ -48,6 +49,8 @@ class WorkerOptions:
     concurrency: int | None = None
     loglevel: str = "INFO"
     metrics_port: int | None = None
+    on_phase: Callable[[str], None] | None = None
+    """Hears each start-up phase (``schemas.registry.WARMING_PHASES``, then "ready")."""
 
 
 def make_worker_id(tier: Tier) -> str:
@@ -88,6 +91,7 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
         )
         registration.announce()  # visible as "warming" while the model loads
         resources.callback(registration.withdraw)
+        _phase(registration, options, "loading")
         model_path = resolve_model(tier_config.model, settings.bundled_model_dir)
         engine = VllmEngine.start(model_path=model_path, config=tier_config)
         resources.callback(engine.shutdown)
@@ -110,6 +114,7 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
             runtime.metrics.serve(options.metrics_port)
             log.info("metrics on :%d/metrics", options.metrics_port)
         registration.track(engine.in_flight, runtime.prefix_stats.snapshot)
+        _phase(registration, options, "warm-up")
         warm_up(engine, concurrency=min(concurrency, 4))
         keep_warm = KeepWarm(
             engine,
@@ -118,6 +123,7 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
             tier=options.tier,
             interval_s=settings.prefill_interval_s,
         )
+        _phase(registration, options, "prefilling prompts")
         keep_warm.prefill_now()
         warm_job_path(runtime)
         app = make_app(settings, worker_id=worker_id)
@@ -127,8 +133,16 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
         # Only now is the worker warm: it starts consuming right after this.
         runtime.warm.set()
         registration.mark_warm()
+        if options.on_phase is not None:
+            options.on_phase("ready")
         resources.enter_context(keep_warm)
         return _consume(app, runtime, options, concurrency)
+
+
+def _phase(registration: WorkerRegistration, options: WorkerOptions, phase: str) -> None:
+    registration.set_phase(phase)
+    if options.on_phase is not None:
+        options.on_phase(phase)
 
 
 def _helpers(runtime: WorkerRuntime, app: LlmqCelery) -> list[BackgroundLoop]:
