@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 
 from producer.batches.cli import register as register_batch
+from producer.top import register as register_top
 from schemas.errors import LlmqError
 from schemas.queues import Priority, Tier
 from schemas.settings import Settings
@@ -81,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     _add_submit(commands)
     _add_status(commands)
+    register_top(commands)
     register_batch(commands)
     for entry in sorted(entry_points(group="llmq.commands"), key=lambda e: e.name):
         try:

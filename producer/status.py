@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import redis
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
 
 from schemas.boundary import broker_boundary
 from schemas.queues import WORKER_KEY_PREFIX, Priority, Tier, queue_name, worker_id_of
 from schemas.registry import WorkerEntry
+from schemas.tables import Job, as_utc
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,24 @@ def queue_depths(client: redis.Redis) -> list[QueueDepth]:
         pipe.llen(queue_name(tier, priority))
     depths = pipe.execute()
     return [QueueDepth(t, p, int(d)) for (t, p), d in zip(pairs, depths, strict=True)]
+
+
+def oldest_waiting_age(client: redis.Redis, sessions: sessionmaker[Session], queue: str) -> float:
+    """Seconds since the oldest message waiting in ``queue`` was submitted; 0 if none."""
+    # Producers LPUSH and workers BRPOP, so the oldest message is at the right end;
+    # its task id is the job id, whose row knows when it was submitted.
+    raw = client.lindex(queue, -1)
+    try:
+        job_id = json.loads(raw)["headers"]["id"] if raw else None
+    except (ValueError, KeyError, TypeError):
+        return 0.0
+    if not job_id:
+        return 0.0
+    with sessions() as session:
+        created = session.scalar(select(Job.created_at).where(Job.id == str(job_id)))
+    if created is None:
+        return 0.0
+    return max(0.0, (datetime.now(UTC) - as_utc(created)).total_seconds())
 
 
 def live_workers(client: redis.Redis) -> list[WorkerEntry]:

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
-from datetime import UTC, datetime
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from producer.client import Client
-from schemas.errors import JobNotFound
+from producer.status import oldest_waiting_age
 from schemas.queues import queue_name
-from schemas.tables import as_utc
 
 
 class QueueCollector(Collector):
@@ -34,14 +31,4 @@ class QueueCollector(Collector):
         yield age
 
     def _oldest_age(self, queue: str) -> float:
-        # Producers LPUSH and workers BRPOP, so the oldest message is at the right end;
-        # its task id is the job id, whose row knows when it was submitted.
-        raw = self._client.redis.lindex(queue, -1)
-        try:
-            job_id = json.loads(raw)["headers"]["id"] if raw else None
-            created = self._client.job(str(job_id)).created_at if job_id else None
-        except (ValueError, KeyError, TypeError, JobNotFound):
-            return 0.0
-        if created is None:
-            return 0.0
-        return max(0.0, (datetime.now(UTC) - as_utc(created)).total_seconds())
+        return oldest_waiting_age(self._client.redis, self._client.sessions, queue)
