@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -22,10 +22,8 @@ from producer.batches import store
 from producer.batches.lines import CHAT_ENDPOINT
 from producer.batches.runner import BatchRunner
 from producer.batches.views import batch_object, file_object
+from producer.gateway.context import GatewayContext
 from producer.gateway.errors import BAD_REQUEST, GatewayError
-
-if TYPE_CHECKING:
-    from producer.gateway.app import Gateway
 
 FILES_PATH = "/v1/files"
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[Any]]
@@ -46,7 +44,7 @@ class CreateBatch(BaseModel):
 class BatchApi:
     """The routes, sharing the gateway's client, and the runner that feeds batches."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: GatewayContext) -> None:
         self.gateway = gateway
         self.runner: BatchRunner | None = None
 
@@ -165,7 +163,7 @@ class BatchApi:
         return with_runner
 
 
-def add_batch_api(app: FastAPI, gateway: Gateway) -> None:
+def add_batch_api(app: FastAPI, gateway: GatewayContext) -> None:
     """Add the files and batches routes, and run the batch runner with the app."""
     api = BatchApi(gateway)
     app.add_api_route(FILES_PATH, api.upload, methods=["POST"])

@@ -4,15 +4,13 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import FastAPI, Request
 
 from producer.conversations import load_summaries, summary_view
 from producer.gateway import openai_models as oai
-
-if TYPE_CHECKING:
-    from producer.gateway.app import Gateway
+from producer.gateway.context import GatewayContext
 
 CONVERSATION_HEADER = "x-conversation-id"
 
@@ -29,7 +27,7 @@ def conversation_of(body: oai.ChatCompletionRequest, request: Request) -> str | 
     return str(tagged) if tagged not in (None, "") else None
 
 
-def add_conversation_routes(app: FastAPI, gateway: Gateway) -> None:
+def add_conversation_routes(app: FastAPI, gateway: GatewayContext) -> None:
     """Register ``GET /v1/conversations/{id}/summaries`` (owner only; others get 404)."""
 
     async def summaries(conversation_id: str, request: Request) -> dict[str, Any]:
