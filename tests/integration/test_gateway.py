@@ -200,11 +200,15 @@ def test_health_readiness_and_metrics(
     series = {
         line.split(" ")[0]: float(line.split(" ")[1])
         for line in text.splitlines()
-        if line.startswith("llmq_queue_")
+        if line.startswith("llmq_")
     }
-    assert series['llmq_queue_depth{queue="llm.small.interactive"}'] == 0
-    assert series['llmq_queue_depth{queue="llm.small.batch"}'] == 3
-    assert series['llmq_queue_oldest_age_seconds{queue="llm.small.batch"}'] > 0
+    small = 'priority="{0}",queue="llm.small.{0}",tier="small"'
+    assert series[f"llmq_queue_depth{{{small.format('interactive')}}}"] == 0
+    assert series[f"llmq_queue_depth{{{small.format('batch')}}}"] == 3
+    assert series[f"llmq_queue_oldest_age_seconds{{{small.format('batch')}}}"] > 0
+    assert series["llmq_redis_up"] == 1
+    assert series['llmq_workers{state="warm",tier="small"}'] == 0
+    assert series["llmq_dead_letter_jobs"] == 0
 
 
 def test_only_the_owner_can_cancel_a_job(
