@@ -49,5 +49,5 @@ class WorkerDirectory:
 
     def require_warm(self, tier: Tier) -> None:
         """Raise ``NoWarmWorker`` unless a warm worker serves ``tier``."""
-        if not any(w.tier is tier and w.warm for w in self.snapshot()):
+        if not any(w.tier == tier and w.warm for w in self.snapshot()):
             raise NoWarmWorker(f"no warm worker serves the {tier} tier right now")

@@ -62,10 +62,14 @@ def prepare_submission(
     # Hashed before the prompt's version is pinned: a replay after a new version of
     # the prompt is still the same request.
     hashed = request_hash(parsed, options)
+    if options.tier != "auto" and options.tier not in settings.tiers:
+        known = ", ".join(sorted(str(name) for name in settings.tiers))
+        raise InvalidRequest(f"no tier {options.tier} is configured (configured: {known})")
     decision = router.route(parsed, requested=options.tier, priority=options.priority)
     system_text = None
     if parsed.system_prompt is not None:
-        prompt = prompts.resolve(parsed.system_prompt, tier=decision.tier)
+        # A variant runs its base tier's model: the base tier's prompts serve it too.
+        prompt = prompts.resolve(parsed.system_prompt, tier=decision.tier.base)
         parsed = parsed.model_copy(update={"system_prompt": prompt.ref})
         system_text = prompt.text
     check_fits(parsed, tier=decision.tier, settings=settings, system_text=system_text)

@@ -6,8 +6,10 @@ string here stays as it is. Every module reads its key names from here.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Iterator
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 from schemas.broker import celery_broker_url, sentinel_transport_options
 
@@ -15,12 +17,105 @@ GENERATE_TASK = "llmq.generate"
 """Celery task name that runs one generation job (its only argument is the job id)."""
 
 
-class Tier(StrEnum):
-    """Model size class; see the tier definitions in the design notes."""
+BASE_TIERS = ("small", "medium", "large")
+"""The model size classes, smallest first; see the tier definitions in the design notes."""
 
-    SMALL = "small"
-    MEDIUM = "medium"
-    LARGE = "large"
+MAX_TIER_NAME = 16
+"""The longest tier name (the job table's column holds 16 characters)."""
+
+_VARIANT = re.compile(r"[a-z0-9][a-z0-9_-]*")
+
+
+class _TierType(type):
+    """Iterating ``Tier`` gives the base tiers only: variants are never chosen by auto."""
+
+    def __iter__(cls) -> Iterator[Tier]:
+        return iter(_BASE_TIERS)
+
+    def __len__(cls) -> int:
+        return len(_BASE_TIERS)
+
+
+class Tier(str, metaclass=_TierType):
+    """A tier name: a base tier (``small``, ``medium``, ``large``) or a variant of one.
+
+    A variant is ``<base>@<name>`` (``small@bf16``, ``large@awq``): its own engine
+    settings, queues and workers, addressed only by its full name. ``Tier("x")`` raises
+    ``ValueError`` for anything else. Behaves like the string it names (comparisons,
+    hashing, JSON), and iterating the class gives the base tiers, smallest first.
+    """
+
+    __slots__ = ()
+
+    SMALL: ClassVar[Tier]
+    MEDIUM: ClassVar[Tier]
+    LARGE: ClassVar[Tier]
+
+    def __new__(cls, value: object) -> Tier:
+        if isinstance(value, Tier):
+            return value
+        known = _BASE_BY_NAME.get(value) if isinstance(value, str) else None
+        if known is not None:
+            return known
+        if not isinstance(value, str) or not is_tier_name(value):
+            raise ValueError(f"{value!r} is not a valid Tier")
+        return super().__new__(cls, value)
+
+    @property
+    def value(self) -> str:
+        """The name as a plain string."""
+        return str.__str__(self)
+
+    @property
+    def name(self) -> str:
+        """``SMALL``, ``SMALL@BF16``: the spelling an enum member would have."""
+        return self.value.upper()
+
+    @property
+    def base(self) -> Tier:
+        """The base tier a variant belongs to (a base tier's is itself)."""
+        return _BASE_BY_NAME[self.value.partition("@")[0]]
+
+    @property
+    def variant(self) -> str | None:
+        """The variant's own part (``bf16`` of ``small@bf16``); None for a base tier."""
+        return self.value.partition("@")[2] or None
+
+    @property
+    def is_variant(self) -> bool:
+        return "@" in self.value
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"Tier({self.value!r})"
+
+    def __reduce__(self) -> tuple[type[Tier], tuple[str]]:
+        return (Tier, (self.value,))
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, _source: Any, _handler: Any) -> Any:
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_after_validator_function(
+            cls,
+            core_schema.str_schema(),
+            serialization=core_schema.plain_serializer_function_ser_schema(str),
+        )
+
+
+def is_tier_name(value: str) -> bool:
+    """True for a base tier or ``<base>@<variant>`` (lower case, digits, ``-``, ``_``)."""
+    base, at, variant = value.partition("@")
+    if base not in BASE_TIERS or len(value) > MAX_TIER_NAME:
+        return False
+    return not at or _VARIANT.fullmatch(variant) is not None
+
+
+_BASE_TIERS: tuple[Tier, ...] = tuple(str.__new__(Tier, name) for name in BASE_TIERS)
+_BASE_BY_NAME: dict[str, Tier] = {tier.value: tier for tier in _BASE_TIERS}
+Tier.SMALL, Tier.MEDIUM, Tier.LARGE = _BASE_TIERS
 
 
 class Priority(StrEnum):
@@ -40,7 +135,7 @@ def queue_name(tier: Tier, priority: Priority) -> str:
 
 def parse_queue_name(name: str) -> tuple[Tier, Priority]:
     """Inverse of :func:`queue_name`; raises ``ValueError`` for anything else."""
-    prefix, tier, priority = name.split(".")
+    prefix, tier, priority = name.split(".")  # tier names never hold a dot
     if prefix != QUEUE_PREFIX:
         raise ValueError(f"not an llmq queue: {name!r}")
     return Tier(tier), Priority(priority)
@@ -51,9 +146,10 @@ def tier_queues(tier: Tier) -> list[str]:
     return [queue_name(tier, priority) for priority in Priority]
 
 
-def all_queues() -> list[str]:
-    """Every queue, tier by tier, interactive before batch."""
-    return [name for tier in Tier for name in tier_queues(tier)]
+def all_queues(variants: Iterable[Tier] = ()) -> list[str]:
+    """Every base tier's queues (and ``variants``'), tier by tier, interactive first."""
+    tiers = [*Tier, *(Tier(v) for v in variants if Tier(v).is_variant)]
+    return [name for tier in tiers for name in tier_queues(tier)]
 
 
 def kombu_queues() -> list[Any]:

@@ -160,8 +160,14 @@ class Settings(BaseSettings):
     @field_validator("tiers", mode="after")
     @classmethod
     def _complete_tier_table(cls, tiers: dict[Tier, TierConfig]) -> dict[Tier, TierConfig]:
-        # A partial table is fine: missing tiers get the bundled default.
-        return {**_default_tiers(), **tiers}
+        # A partial table is fine: missing tiers get the bundled default. A variant
+        # (``small@bf16``) starts from its base tier and changes what it sets itself.
+        table = {**_default_tiers(), **{t: c for t, c in tiers.items() if not t.is_variant}}
+        for name, config in tiers.items():
+            if name.is_variant:
+                changed = {field: getattr(config, field) for field in config.model_fields_set}
+                table[name] = table[name.base].model_copy(update=changed)
+        return table
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:
@@ -176,8 +182,17 @@ class Settings(BaseSettings):
         return settings
 
     def tier(self, tier: Tier) -> TierConfig:
-        """Configuration of one tier."""
-        return self.tiers[tier]
+        """Configuration of one tier or variant; raises ``ConfigError`` for one not configured."""
+        try:
+            return self.tiers[tier]
+        except KeyError:
+            known = ", ".join(sorted(str(name) for name in self.tiers))
+            raise ConfigError(f"no tier {tier} is configured (configured: {known})") from None
+
+    @property
+    def variants(self) -> list[Tier]:
+        """The configured variants (``small@bf16``...), which only an explicit tier reaches."""
+        return sorted(name for name in self.tiers if name.is_variant)
 
     @property
     def bundled_model_dir(self) -> Path:

@@ -278,4 +278,40 @@ class BatchLineError(Base):
     message: Mapped[str] = mapped_column(Text)
 
 
+class AbRun(Base):
+    """One A/B gate run: which variants, on which cases, its figures and its verdict."""
+
+    __tablename__ = "ab_runs"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    a: Mapped[str] = mapped_column(String(16))
+    b: Mapped[str] = mapped_column(String(16), index=True)
+    cases: Mapped[str] = mapped_column(String(255))
+    """The case file's name and the SHA-256 of its content (``name#hash``)."""
+    n: Mapped[int] = mapped_column(Integer)
+    threshold_points: Mapped[float] = mapped_column(Float)
+    verdict: Mapped[str] = mapped_column(String(16))
+    report: Mapped[dict[str, Any]] = mapped_column(JSON)
+    """Everything ``llmq ab --json`` printed: per-variant figures, the difference, flips."""
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class TierPromotion(Base):
+    """A decision that a base tier serves a variant's engine; the newest per tier holds."""
+
+    __tablename__ = "tier_promotions"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tier: Mapped[str] = mapped_column(String(16), index=True)
+    variant: Mapped[str] = mapped_column(String(16))
+    """What ``tier`` serves from now on; the tier's own name puts its configuration back."""
+    config: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    """The variant's engine settings as promoted (None: the tier's own configuration)."""
+    ab_run_id: Mapped[str | None] = mapped_column(String(40))
+    forced: Mapped[bool] = mapped_column(Boolean, default=False)
+    reason: Mapped[str | None] = mapped_column(Text)
+    promoted_by: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 metadata = Base.metadata

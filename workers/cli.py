@@ -15,7 +15,12 @@ from schemas.queues import Tier
 def register_worker(commands: Any) -> None:
     """Add ``llmq worker --tier T [--gpu N]``."""
     worker = commands.add_parser("worker", help="run a GPU-pinned worker for one tier")
-    worker.add_argument("--tier", required=True, choices=[t.value for t in Tier])
+    worker.add_argument(
+        "--tier",
+        required=True,
+        type=_tier,
+        help="small, medium, large, or a configured variant such as small@bf16",
+    )
     worker.add_argument("--gpu", default=None, help="GPU index to pin (CUDA_VISIBLE_DEVICES)")
     worker.add_argument(
         "--concurrency", type=int, default=None, help="jobs at once (default: the tier's)"
@@ -29,6 +34,15 @@ def register_worker(commands: Any) -> None:
         help="engine logs on the terminal (default there: a few lines, the logs in a file)",
     )
     worker.set_defaults(handler=_worker)
+
+
+def _tier(text: str) -> Tier:
+    try:
+        return Tier(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a tier: small, medium, large, or <tier>@<variant>"
+        ) from None
 
 
 def _worker(args: argparse.Namespace) -> int:

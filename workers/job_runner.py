@@ -227,7 +227,7 @@ def chat_messages(request: GenerationRequest, runtime: WorkerRuntime) -> list[di
     messages = [message.model_dump() for message in request.messages]
     if request.system_prompt is None:
         return messages
-    prompt = runtime.prompts.registry.resolve(request.system_prompt, tier=runtime.tier)
+    prompt = runtime.prompts.registry.resolve(request.system_prompt, tier=runtime.tier.base)
     return [{"role": "system", "content": prompt.text}, *messages]
 
 

@@ -93,6 +93,8 @@ class Reaper:
     messages_in_broker: FindMessages | None = None
     grace_s: float = MISSING_GRACE_S
     sweep_interval_s: float = SWEEP_INTERVAL_S
+    variants: tuple[Tier, ...] = ()
+    """Configured variants, whose queues are looked after like the base tiers'."""
     _missing_since: dict[str, float] = field(default_factory=dict)
 
     def run_once(self) -> int:
@@ -190,7 +192,7 @@ class Reaper:
         return 1
 
     def _reconcile_after_restart(self) -> int:
-        return sum(self._reconcile_tier(tier) for tier in Tier)
+        return sum(self._reconcile_tier(tier) for tier in [*Tier, *self.variants])
 
     def _reconcile_tier(self, tier: Tier) -> int:
         # The marker has no TTL: it is missing only when Redis lost its data (or is

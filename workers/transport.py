@@ -206,8 +206,13 @@ def job_ids_in_broker(client: redis.Redis) -> set[str]:
     A queued job missing from this set has no message anywhere (its worker died
     between popping the message and recording it, or a failover lost it).
     """
+    # Variants' queues (llm.small@bf16.*) are found by name: no list of them is kept.
+    variant_queues = {
+        key.decode() if isinstance(key, bytes) else str(key)
+        for key in client.scan_iter(match="llm.*@*.*", count=1000)
+    }
     pipe = client.pipeline(transaction=False)
-    for queue in all_queues():
+    for queue in [*all_queues(), *sorted(q for q in variant_queues if is_job_queue(q))]:
         pipe.lrange(queue, 0, -1)
     pipe.hvals(UNACKED_KEY)
     *queued, unacked = pipe.execute()

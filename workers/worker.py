@@ -30,6 +30,7 @@ from workers.reaper import Reaper, ReaperThread
 from workers.registry import WorkerRegistration
 from workers.running_jobs import CancelListener
 from workers.transport import job_ids_in_broker, restore_held
+from workers.variants import check_engine_config, detect_device, served_config
 from workers.warmup import KeepWarm, warm_job_path, warm_up
 from workers.worker_runtime import WorkerRuntime
 
@@ -63,7 +64,8 @@ def make_worker_id(tier: Tier) -> str:
 
 def worker_pid(worker_id: str) -> int:
     """The process id inside a :func:`make_worker_id` id."""
-    return int(worker_id.partition("@")[0].split("-")[1])
+    # The tier may be a variant (small@awq-int4): count from the end, the host has no "@".
+    return int(worker_id.rpartition("@")[0].rsplit("-", 2)[1])
 
 
 def run_worker(settings: Settings, options: WorkerOptions) -> int:
@@ -77,6 +79,9 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
         # Must be set before vLLM initialises CUDA in this process.
         os.environ["CUDA_VISIBLE_DEVICES"] = options.gpu
     tier_config = settings.tier(options.tier)
+    # Before anything is started: a dtype or quantization this device cannot run.
+    device = detect_device()
+    check_engine_config(options.tier, tier_config, device)
     concurrency = options.concurrency or tier_config.concurrency
     worker_id = make_worker_id(options.tier)
     client = redis_client(settings.broker_url)
@@ -86,6 +91,11 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
     with contextlib.ExitStack() as resources:
         db = make_engine(settings.database_url)
         resources.callback(db.dispose)
+        served = served_config(settings, options.tier, make_sessions(db))
+        if served.promoted:
+            check_engine_config(served.name, served.config, device)
+            tier_config = served.config
+            log.info("tier %s serves the promoted variant %s", options.tier, served.name)
         registration = WorkerRegistration(
             client, worker_id=worker_id, tier=options.tier, concurrency=concurrency
         )
@@ -120,7 +130,7 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
             engine,
             runtime.prompts,
             runtime.prefix_stats,
-            tier=options.tier,
+            tier=options.tier.base,  # a variant runs its base tier's prompts
             interval_s=settings.prefill_interval_s,
         )
         _phase(registration, options, "prefilling prompts")
@@ -163,6 +173,7 @@ def _helpers(runtime: WorkerRuntime, app: LlmqCelery) -> list[BackgroundLoop]:
         messages_in_broker=lambda: job_ids_in_broker(runtime.redis),
         max_attempts=runtime.settings.max_attempts,
         replay_ttl_s=runtime.settings.replay_ttl_s,
+        variants=tuple(runtime.settings.variants),
     )
     return [CancelListener(runtime.redis, runtime.running), ReaperThread(reaper)]
 

@@ -194,7 +194,8 @@ class Gateway:
 
     async def models(self, request: Request) -> dict[str, Any]:
         await self.identify(request)
-        data = [{"id": m, "object": "model", "created": 0, "owned_by": "llmq"} for m in MODELS]
+        served = [*MODELS, *(str(v) for v in self.settings.variants)]
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "llmq"} for m in served]
         return {"object": "list", "data": data}
 
     async def job(self, job_id: str, request: Request) -> dict[str, Any]:
@@ -213,9 +214,10 @@ class Gateway:
     ) -> JSONResponse | StreamingResponse:
         started = time.perf_counter()
         identity = await self.identify(request)
-        if body.model not in MODELS:
+        if body.model not in MODELS and body.model not in self.settings.tiers:
+            served = [*MODELS, *(str(v) for v in self.settings.variants)]
             raise GatewayError(
-                f"unknown model {body.model!r}; use one of {', '.join(MODELS)}", MODEL_NOT_FOUND
+                f"unknown model {body.model!r}; use one of {', '.join(served)}", MODEL_NOT_FOUND
             )
         body.check_bounds(
             max_messages=self.settings.max_messages,

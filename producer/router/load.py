@@ -20,7 +20,7 @@ DEFAULT_SERVICE_MS = 1000.0
 def expected_wait_ms(client: redis.Redis, tier: Tier, workers: list[WorkerEntry]) -> float:
     """Estimated queue wait of a new interactive job on ``tier``; inf without workers."""
     depth = int(client.llen(queue_name(tier, Priority.INTERACTIVE)))
-    slots = sum(w.concurrency for w in workers if w.tier is tier and w.warm)
+    slots = sum(w.concurrency for w in workers if w.tier == tier and w.warm)
     if slots == 0:
         return float("inf")
     raw = client.hget(SERVICE_MS_KEY, tier.value)
