@@ -68,6 +68,12 @@ class TierConfig(BaseModel):
         default_factory=lambda: {Priority.INTERACTIVE: 1_000, Priority.BATCH: 100_000},
         description="submit fails with QueueFull beyond this many waiting jobs",
     )
+    cost_weight: float = Field(
+        default=1.0,
+        gt=0,
+        description="relative cost of one second of this tier's engine (benchmarks weigh "
+        "engine-seconds by it)",
+    )
 
 
 def _default_tiers() -> dict[Tier, TierConfig]:
