@@ -3,16 +3,20 @@
 A prompt is a file ``<name>@<version>.txt``. Files directly in a prompts folder serve
 every tier; files in a ``<tier>/`` subfolder serve only that tier. The bundled folder
 (``schemas/prompts``) is always loaded; a deployment adds its own with
-``LLMQ_PROMPTS_DIR``. A request names ``support`` (newest version) or ``support@3``;
-the producer pins the exact version on the job, and the worker renders that file's
-text byte for byte, so every request of a prompt shares one cached prefix.
+``LLMQ_PROMPTS_DIR``. A request names ``support`` or ``support@3``; the producer pins
+the exact version on the job, and the worker renders that file's text byte for byte,
+so every request of a prompt shares one cached prefix.
+
+What a bare name resolves to: its newest version, unless a ``<name>.pin`` file in a
+prompts folder holds a version number (a later folder's pin wins). A pin lets a new
+version be registered, prefilled and compared before it serves the bare name.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +25,7 @@ from schemas.queues import Tier
 
 BUNDLED_PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 FILE_PATTERN = re.compile(r"^(?P<name>[a-z0-9][a-z0-9_-]*)@(?P<version>[0-9]+)\.txt$")
+PIN_PATTERN = re.compile(r"^(?P<name>[a-z0-9][a-z0-9_-]*)\.pin$")
 
 
 class UnknownPrompt(InvalidRequest):
@@ -45,22 +50,33 @@ class SystemPrompt:
 class PromptRegistry:
     """Every registered prompt; immutable once loaded."""
 
-    def __init__(self, prompts: Iterable[SystemPrompt]) -> None:
+    def __init__(
+        self, prompts: Iterable[SystemPrompt], *, pins: Mapping[str, int] | None = None
+    ) -> None:
+        self.pins: dict[str, int] = dict(pins or {})
         self._by_ref: dict[str, SystemPrompt] = {}
         for prompt in prompts:
             known = self._by_ref.get(prompt.ref)
             if known is not None and known.text != prompt.text:
                 raise ConfigError(f"system prompt {prompt.ref} is defined twice, differently")
             self._by_ref[prompt.ref] = prompt
+        for name, version in self.pins.items():
+            if f"{name}@{version}" not in self._by_ref:
+                raise ConfigError(f"{name}.pin names {name}@{version}, which is not registered")
 
     @classmethod
     def load(cls, extra_dir: Path | None = None) -> PromptRegistry:
         """The bundled prompts plus those in ``extra_dir``; raises ``ConfigError``."""
         folders = [BUNDLED_PROMPTS_DIR] + ([extra_dir.expanduser()] if extra_dir else [])
-        return cls(prompt for folder in folders for prompt in _read_folder(folder))
+        prompts = [prompt for folder in folders for prompt in _read_folder(folder)]
+        pins = {name: version for folder in folders for name, version in _read_pins(folder)}
+        return cls(prompts, pins=pins)
 
     def resolve(self, name: str, *, tier: Tier | None = None) -> SystemPrompt:
-        """The prompt ``name`` (newest version) or ``name@version``; raises ``UnknownPrompt``."""
+        """The prompt ``name`` (pinned, else newest version) or ``name@version``.
+
+        Raises ``UnknownPrompt``.
+        """
         base, _, version = name.partition("@")
         candidates = [
             prompt
@@ -73,7 +89,12 @@ class PromptRegistry:
             where = f" for the {tier} tier" if tier else ""
             known = ", ".join(sorted(self._by_ref)) or "none"
             raise UnknownPrompt(f"unknown system prompt {name!r}{where} (registered: {known})")
-        return max(candidates, key=lambda prompt: prompt.version)
+        pinned = [p for p in candidates if not version and self.pins.get(base) == p.version]
+        return pinned[0] if pinned else max(candidates, key=lambda prompt: prompt.version)
+
+    def all(self) -> list[SystemPrompt]:
+        """Every registered version, sorted by name, then version."""
+        return sorted(self._by_ref.values(), key=lambda p: (p.name, p.version))
 
     def for_tier(self, tier: Tier) -> list[SystemPrompt]:
         """Every prompt a worker of ``tier`` serves, sorted by reference."""
@@ -86,6 +107,7 @@ class PromptRegistry:
             prompt = self._by_ref[ref]
             digest.update(f"{ref}|{sorted(prompt.tiers)}|".encode())
             digest.update(prompt.text.encode())
+        digest.update(repr(sorted(self.pins.items())).encode())
         return digest.hexdigest()[:16]
 
 
@@ -111,6 +133,17 @@ def _read_folder(folder: Path) -> list[SystemPrompt]:
     for tier in Tier:
         prompts += _read_files((folder / tier.value).glob("*.txt"), frozenset({tier}))
     return prompts
+
+
+def _read_pins(folder: Path) -> list[tuple[str, int]]:
+    pins = []
+    for path in sorted(folder.glob("*.pin")):
+        match = PIN_PATTERN.match(path.name)
+        text = path.read_text(encoding="utf-8").strip()
+        if match is None or not text.isdigit():
+            raise ConfigError(f"pin file {path} must be <name>.pin holding a version number")
+        pins.append((match["name"], int(text)))
+    return pins
 
 
 def _read_files(paths: Iterable[Path], tiers: frozenset[Tier]) -> list[SystemPrompt]:

@@ -32,7 +32,9 @@ def test_names_resolve_to_the_newest_version_unless_pinned(tmp_path: Path) -> No
     assert registry.resolve("faq@1").text == "old"
     with pytest.raises(UnknownPrompt, match="'faq@3'"):
         registry.resolve("faq@3")
-    with pytest.raises(UnknownPrompt, match="registered: faq@1, faq@2, summarize@1, support@1"):
+    with pytest.raises(
+        UnknownPrompt, match="registered: faq@1, faq@2, summarize@1, support-verbose@1, support@1"
+    ):
         registry.resolve("nope")
 
 
@@ -42,7 +44,11 @@ def test_a_tier_folder_limits_a_prompt_to_that_tier(tmp_path: Path) -> None:
     assert registry.resolve("legal", tier=Tier.LARGE).ref == "legal@1"
     with pytest.raises(UnknownPrompt, match="for the small tier"):
         registry.resolve("legal", tier=Tier.SMALL)
-    assert [p.ref for p in registry.for_tier(Tier.SMALL)] == ["summarize@1", "support@1"]
+    assert [p.ref for p in registry.for_tier(Tier.SMALL)] == [
+        "summarize@1",
+        "support-verbose@1",
+        "support@1",
+    ]
 
 
 @pytest.mark.parametrize(
