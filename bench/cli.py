@@ -291,6 +291,9 @@ def register(commands: Any) -> None:
         dests = [option.add_to(parser) for option in entry.options]
         parser.add_argument("--json", action="store_true", help="print only the JSON result")
         parser.set_defaults(handler=_handler(entry, dests))
+    from bench.report import register_report
+
+    register_report(kinds)
 
 
 class _HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):

@@ -53,6 +53,9 @@ def run_gateway(
         "added_ms_paired_p50": rounded(
             median(g - c for g, c in zip(via_gateway, via_client, strict=True))
         ),
+        # Every sample, for the report's distribution plots.
+        "gateway_ttft_samples_ms": [rounded(x) for x in via_gateway],
+        "client_ttft_samples_ms": [rounded(x) for x in via_client],
     }
 
 

@@ -110,4 +110,7 @@ def _report(
         "direct_itl_ms_p50": rounded(median(d_itl)),
         "queued_itl_ms_p50": rounded(median(q_itl)),
         "added_itl_ms_p50": rounded(median(q_itl) - median(d_itl)),
+        # Every sample, for the report's distribution plots.
+        "direct_ttft_samples_ms": [rounded(x) for x in d_ttft],
+        "queued_ttft_samples_ms": [rounded(x) for x in q_ttft],
     }

@@ -256,6 +256,7 @@ def _report(samples: dict[str, SideSamples], tier: Tier, plan: PeerPlan) -> dict
         figures[f"{name}_total_ms_p50"] = rounded(median(side.total_ms))
         figures[f"{name}_itl_ms_p50"] = rounded(median(side.itl_ms))
         figures[f"{name}_tok_s_{plan.concurrency}"] = rounded(median(side.tok_s))
+        figures[f"{name}_ttft_samples_ms"] = [rounded(x) for x in side.ttft_ms]
     figures["ttft_ratio"] = _ratio(llmq.ttft_ms, vllm.ttft_ms)
     figures["ttft_added_ms"] = rounded(median(llmq.ttft_ms) - median(vllm.ttft_ms))
     figures["total_ratio"] = _ratio(llmq.total_ms, vllm.total_ms)

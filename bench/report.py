@@ -1,0 +1,358 @@
+"""``llmq bench report``: run the benchmark suite (or reuse its JSON) and draw a page.
+
+Each benchmark's result is saved as ``<out>/<bench>.json``; a result already there is
+reused, so a long benchmark is never rerun for a new page (delete the file to rerun
+it). The page, ``<out>/report.html``, has the machine at the top, one table of every
+figure beside its goal (met or not), then one PNG plot per story (matplotlib, headless).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import platform
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from schemas.queues import Tier
+from schemas.settings import Settings
+
+if TYPE_CHECKING:
+    from bench.report_plots import Figure
+
+Result = dict[str, Any]
+
+# Smaller samples for --quick: the whole suite in under ten minutes on a 2-core CPU.
+QUICK: dict[str, dict[str, Any]] = {
+    "overhead": {"samples": 10, "blocks": 1},
+    "batching": {"rounds": 1, "concurrency": 8},
+    "warm": {},
+    "gateway": {"samples": 10},
+    "priority": {"samples": 20, "batch_jobs": 100},
+    "batch": {"requests": 40, "samples": 8},
+    "classifier": {"samples": 200, "baseline_samples": 40},
+    "routing": {"requests": 500},
+}
+# The suite, in page order. faults and peer run minutes even when small; they join a
+# full run and are drawn whenever their JSON is in the folder.
+FULL_SUITE = (*QUICK, "peer", "faults")
+
+
+@dataclass(frozen=True)
+class Goal:
+    """One figure beside its goal: ``bench.key`` compared with ``target``."""
+
+    bench: str
+    key: str
+    label: str
+    op: str  # "<=", ">=" or "=="
+    target: float
+
+    def judge(self, results: dict[str, Result]) -> tuple[Any, bool | None]:
+        """The measured value and whether it meets the goal (None: not measured)."""
+        value = results.get(self.bench, {}).get(self.key)
+        if not isinstance(value, int | float):
+            return None, None
+        met = {
+            "<=": value <= self.target,
+            ">=": value >= self.target,
+            "==": value == self.target,
+        }[self.op]
+        return value, bool(met)
+
+
+GOALS = (
+    Goal("overhead", "added_ms_p50", "queue path adds to TTFT (p50, ms)", "<=", 3),
+    Goal("overhead", "added_itl_ms_p50", "queue path adds per token (p50, ms)", "<=", 0.3),
+    Goal("gateway", "added_ms_p50", "gateway adds to TTFT over the client (p50, ms)", "<=", 5),
+    Goal("peer", "ttft_ratio", "TTFT, llmq gateway / vLLM server", "<=", 1.05),
+    Goal("peer", "total_ratio", "64-token total, llmq / vLLM", "<=", 1.03),
+    Goal("peer", "throughput_ratio", "16-way tokens/s, llmq / vLLM", ">=", 0.97),
+    Goal("warm", "ratio", "cold / warm TTFT, 2k system prompt", ">=", 8),
+    Goal("warm", "first_penalty", "first warm request / next 20 (p50)", "<=", 1.25),
+    Goal("priority", "ratio", "interactive p99 under batch flood / idle", "<=", 1.5),
+    Goal("batch", "speedup", "batch over one-at-a-time (req/s)", ">=", 5),
+    Goal("batch", "interactive_ttft_ratio", "interactive p50 during batch / idle", "<=", 1.5),
+    Goal("classifier", "p50_ms", "classifier latency p50 (ms)", "<=", 5),
+    Goal("classifier", "p99_ms", "classifier latency p99 (ms)", "<=", 10),
+    Goal("routing", "ratio", "routed / all-large mean latency (simulated)", "<=", 1),
+    *(
+        Goal("faults", key, f"faults: {key.replace('_', ' ')}", "==", 0)
+        for key in (
+            "jobs_lost",
+            "duplicate_results",
+            "stream_gaps",
+            "stream_dups",
+            "stalled_jobs",
+            "crashes",
+            "fuzz_request_crashes",
+            "fuzz_worker_crashes",
+        )
+    ),
+)
+
+
+def run_report(
+    settings: Settings,
+    *,
+    out: Path,
+    quick: bool = False,
+    tier: Tier = Tier.SMALL,
+    benches: Sequence[str] | None = None,
+    progress: Callable[[str], None] = print,
+) -> Path:
+    """Run what is missing in ``out``, then write ``out/report.html``; return its path.
+
+    A benchmark that fails is noted on the page and in ``<bench>.error.txt``; the
+    others still run.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    names = list(benches or (tuple(QUICK) if quick else FULL_SUITE))
+    for index, name in enumerate(names, 1):
+        path = out / f"{name}.json"
+        if path.is_file():
+            progress(f"[{index}/{len(names)}] {name}: reusing {path.name}")
+            continue
+        progress(f"[{index}/{len(names)}] {name}: running{' (quick)' if quick else ''}...")
+        started = time.monotonic()
+        try:
+            result = run_one(settings, name, quick=quick, tier=tier)
+        except Exception as exc:  # noqa: BLE001 - one broken bench must not stop the page
+            (out / f"{name}.error.txt").write_text(traceback.format_exc())
+            progress(f"[{index}/{len(names)}] {name}: failed ({exc.__class__.__name__}: {exc})")
+            continue
+        result["quick"] = quick
+        path.write_text(json.dumps(result, indent=1) + "\n")
+        progress(f"[{index}/{len(names)}] {name}: done in {time.monotonic() - started:.0f} s")
+    page = build_report(out, machine=machine_details(settings, tier))
+    progress(f"report: {page}")
+    return page
+
+
+def run_one(settings: Settings, name: str, *, quick: bool, tier: Tier) -> Result:
+    """One benchmark of the table in ``bench.cli``, with its defaults (smaller if quick)."""
+    from bench.cli import BENCHES
+
+    (entry,) = [b for b in BENCHES if b.name == name]
+    values: dict[str, Any] = {}
+    for option in entry.options:
+        key = option.dest or option.flags[-1].removeprefix("--").replace("-", "_")
+        values[key] = option.default
+    if quick:
+        values.update(QUICK.get(name, {}))
+    if entry.on_engine:
+        values["tier"] = tier
+    return entry.runner()(settings, values)
+
+
+def machine_details(settings: Settings, tier: Tier) -> dict[str, str]:
+    """CPU, cores, memory, model and engine settings: the page's first lines."""
+    config = settings.tier(tier)
+    details = {
+        "CPU": _cpu_name(),
+        "cores": str(os.cpu_count()),
+        "memory": _memory(),
+        "OS": f"{platform.system()} {platform.release()}",
+        "Python": platform.python_version(),
+        "tier": tier.value,
+        "model": config.model,
+    }
+    engine = config.model_dump(mode="json", exclude={"model"})
+    details["engine settings"] = ", ".join(f"{k}={v}" for k, v in sorted(engine.items()))
+    return details
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _memory() -> str:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                return f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+    except OSError:
+        pass
+    return "unknown"
+
+
+# ---------------------------------------------------------------- the page
+
+
+def load_results(out: Path) -> dict[str, Result]:
+    """Every ``<bench>.json`` in ``out`` (a bench's JSON last line, or the whole file)."""
+    results: dict[str, Result] = {}
+    for path in sorted(out.glob("*.json")):
+        if path.name == "machine.json":
+            continue
+        text = path.read_text().strip()
+        try:
+            data = json.loads(text)
+        except ValueError:
+            # The printed output of `llmq bench NAME`: the JSON is the last line.
+            data = json.loads(text.splitlines()[-1])
+        if isinstance(data, dict):
+            results[str(data.get("bench", path.stem))] = data
+    return results
+
+
+def build_report(out: Path, *, machine: dict[str, str] | None = None) -> Path:
+    """Draw the plots for the results in ``out`` and write ``out/report.html``."""
+    from bench import report_plots
+
+    results = load_results(out)
+    machine_file = out / "machine.json"
+    if machine is not None:
+        machine_file.write_text(json.dumps(machine, indent=1) + "\n")
+    elif machine_file.is_file():
+        machine = json.loads(machine_file.read_text())
+    else:
+        machine = {"machine": "not recorded (results reused from another run)"}
+    quick = any(r.get("quick") for r in results.values())
+    figures = report_plots.draw_all(results, out)
+    errors = {p.stem.removesuffix(".error"): p.name for p in sorted(out.glob("*.error.txt"))}
+    page = out / "report.html"
+    page.write_text(_html(results, figures, machine or {}, quick=quick, errors=errors))
+    return page
+
+
+def _html(
+    results: dict[str, Result],
+    figures: list[Figure],
+    machine: dict[str, str],
+    *,
+    quick: bool,
+    errors: dict[str, str],
+) -> str:
+    e = html.escape
+    rows = []
+    for goal in GOALS:
+        value, met = goal.judge(results)
+        if met is None and goal.bench not in results:
+            continue
+        mark = {True: ("met", "met"), False: ("not met", "miss"), None: ("not measured", "na")}
+        text, css = mark[met]
+        shown = "-" if value is None else f"{value:g}"
+        rows.append(
+            f"<tr class='{css}'><td>{e(goal.bench)}</td><td>{e(goal.label)}</td>"
+            f"<td><code>{e(goal.key)}</code></td><td class='num'>{e(shown)}</td>"
+            f"<td class='num'>{e(goal.op)} {goal.target:g}</td><td>{text}</td></tr>"
+        )
+    met_count = sum(1 for g in GOALS if g.judge(results)[1])
+    judged = sum(1 for g in GOALS if g.judge(results)[1] is not None)
+    sections = []
+    toc = []
+    for fig in figures:
+        toc.append(f"<li><a href='#{fig.anchor}'>{e(fig.title)}</a></li>")
+        sections.append(
+            f"<section id='{fig.anchor}'><h2>{e(fig.title)}</h2>"
+            f"<img src='{e(fig.file)}' alt='{e(fig.title)}' width='900'>"
+            f"<p>{e(fig.caption)}</p></section>"
+        )
+    machine_rows = "".join(
+        f"<tr><th>{e(k)}</th><td>{e(str(v))}</td></tr>" for k, v in machine.items()
+    )
+    failed = "".join(
+        f"<li>{e(name)}: failed, see <a href='{e(file)}'>{e(file)}</a></li>"
+        for name, file in errors.items()
+        if name not in results
+    )
+    quick_note = (
+        "<p class='quick'><strong>Quick run:</strong> smaller samples than the full suite "
+        "(<code>llmq bench report --quick</code>); tails (p95/p99) are rough.</p>"
+        if quick
+        else ""
+    )
+    missing = [n for n in FULL_SUITE if n not in results]
+    missing_note = (
+        f"<p class='na'>Not in this report: {e(', '.join(missing))} "
+        "(run <code>llmq bench report</code> without <code>--quick</code>, "
+        "or drop their JSON into the folder).</p>"
+        if missing
+        else ""
+    )
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>llmq benchmark report</title>
+<style>
+body {{ font-family: system-ui, sans-serif; max-width: 960px; margin: 2em auto; color: #222; }}
+table {{ border-collapse: collapse; margin: 1em 0; }}
+td, th {{ border-bottom: 1px solid #ddd; padding: 4px 10px; text-align: left; }}
+td.num {{ text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }}
+tr.met td:last-child {{ color: #1a7f37; font-weight: bold; }}
+tr.miss td:last-child {{ color: #cf222e; font-weight: bold; }}
+.na {{ color: #777; }}
+.quick {{ background: #fff8c5; padding: 8px; border-left: 4px solid #d4a72c; }}
+img {{ max-width: 100%; height: auto; }}
+</style></head><body>
+<h1>llmq benchmark report</h1>
+<p>Generated {e(time.strftime("%Y-%m-%d %H:%M"))} by <code>llmq bench report</code>.</p>
+{quick_note}
+<h2 id="machine">Machine</h2>
+<table>{machine_rows}</table>
+<h2 id="goals">Figures and goals ({met_count} of {judged} met)</h2>
+<table><tr><th>bench</th><th>figure</th><th>key</th><th>measured</th><th>goal</th>
+<th></th></tr>
+{"".join(rows)}</table>
+{missing_note}
+{f"<ul>{failed}</ul>" if failed else ""}
+<h2>Plots</h2><ul>{"".join(toc)}</ul>
+{"".join(sections)}
+<script>
+// Marks the page once loaded: every plot drawn, or which did not load (checked by tests).
+window.addEventListener("load", () => {{
+  const bad = [...document.images].filter((i) => !i.complete || i.naturalWidth === 0);
+  const names = bad.map((i) => i.alt).join(", ");
+  document.body.dataset.plots = bad.length ? "missing " + names : "loaded";
+}});
+</script>
+</body></html>
+"""
+
+
+def register_report(bench_commands: Any) -> None:
+    """Add ``llmq bench report [--out DIR] [--quick] [--tier T] [--only A,B]``."""
+    parser = bench_commands.add_parser(
+        "report",
+        help="run the suite (or reuse DIR's JSON) and write DIR/report.html with plots",
+        description=__doc__,
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("bench-report"), help="folder (default bench-report)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="smaller samples: under ten minutes on a 2-core CPU"
+    )
+    parser.add_argument("--tier", default="small", choices=[t.value for t in Tier])
+    parser.add_argument(
+        "--only", default=None, help="comma-separated benches to run (default: the suite)"
+    )
+    parser.add_argument(
+        "--no-run", action="store_true", help="draw from the JSON already in DIR; run nothing"
+    )
+    parser.set_defaults(handler=_handle)
+
+
+def _handle(args: Any) -> int:
+    out: Path = args.out
+    if args.no_run:
+        print(build_report(out))
+        return 0
+    run_report(
+        Settings.from_env(),
+        out=out,
+        quick=args.quick,
+        tier=Tier(args.tier),
+        benches=args.only.split(",") if args.only else None,
+    )
+    return 0

@@ -1,0 +1,319 @@
+"""The report's plots: one PNG per story, drawn from the benches' JSON (headless)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display: files only
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.axes import Axes
+
+Result = dict[str, Any]
+DPI = 100
+COLORS = {"direct": "#6e7781", "queued": "#0969da", "gateway": "#8250df", "vllm": "#cf222e"}
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One drawn plot: its anchor on the page, title, PNG file name and caption."""
+
+    anchor: str
+    title: str
+    file: str
+    caption: str
+
+
+def draw_all(results: dict[str, Result], out: Path) -> list[Figure]:
+    """Every plot the results allow, saved in ``out``; a plot without data is skipped."""
+    figures = []
+    for draw in DRAWERS:
+        figure = draw(results, out)
+        if figure is not None:
+            figures.append(figure)
+        plt.close("all")
+    return figures
+
+
+def _save(fig: Any, out: Path, anchor: str, title: str, caption: str) -> Figure:
+    file = f"{anchor}.png"
+    fig.suptitle(title, fontsize=12)
+    fig.tight_layout()
+    fig.savefig(out / file, dpi=DPI)
+    return Figure(anchor, title, file, caption)
+
+
+def _cdf(ax: Axes, samples: Sequence[float], label: str, color: str | None) -> None:
+    values = np.sort(np.asarray(samples, dtype=float))
+    share = np.arange(1, len(values) + 1) / len(values)
+    ax.step(values, share, where="post", label=f"{label} (n={len(values)})", color=color)
+
+
+def _bars(ax: Axes, labels: list[str], values: list[float], colors: list[str], unit: str) -> None:
+    bars = ax.bar(labels, values, color=colors)
+    ax.bar_label(bars, labels=[f"{_num(v)} {unit}".strip() for v in values], padding=2)
+    ax.set_ylim(0, max(values) * 1.2 if values and max(values) > 0 else 1)
+
+
+def _num(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def ttft_distributions(results: dict[str, Result], out: Path) -> Figure | None:
+    """TTFT CDFs: direct engine, queued, gateway, vLLM's own server (when measured)."""
+    series: list[tuple[str, list[float], str | None]] = []
+    overhead, gateway, peer = (results.get(k, {}) for k in ("overhead", "gateway", "peer"))
+    for label, source, key, color in (
+        ("engine in-process", overhead, "direct_ttft_samples_ms", COLORS["direct"]),
+        ("llmq queue path (client)", overhead, "queued_ttft_samples_ms", COLORS["queued"]),
+        ("llmq gateway (HTTP)", gateway, "gateway_ttft_samples_ms", COLORS["gateway"]),
+        ("vLLM's own server (peer)", peer, "vllm_ttft_samples_ms", COLORS["vllm"]),
+        ("llmq gateway (peer, SDK)", peer, "llmq_ttft_samples_ms", "#1a7f37"),
+    ):
+        if source.get(key):
+            series.append((label, source[key], color))
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for name, samples, shade in series:
+        _cdf(ax, samples, name, shade)
+    ax.set_xlabel("time to first token (ms)")
+    ax.set_ylabel("share of requests at or below")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    return _save(
+        fig,
+        out,
+        "ttft",
+        "Time to first token, by path",
+        "Cumulative distribution of TTFT: further left is faster, a steep curve is "
+        "consistent. The gap between the engine in-process and the queue path is what "
+        "llmq adds.",
+    )
+
+
+def interactive_under_load(results: dict[str, Result], out: Path) -> Figure | None:
+    """Interactive TTFT idle vs under a batch flood (priority) and during a batch (batch)."""
+    priority, batch = results.get("priority"), results.get("batch")
+    if not priority and not batch:
+        return None
+    panels = int(bool(priority)) + int(bool(batch))
+    fig, axes = plt.subplots(1, panels, figsize=(9, 4), squeeze=False)
+    index = 0
+    if priority:
+        ax = axes[0][index]
+        index += 1
+        quantiles = ["p50", "p95", "p99"]
+        idle = [float(priority.get(f"idle_ttft_{q}_ms", 0)) for q in quantiles]
+        loaded = [float(priority.get(f"loaded_ttft_{q}_ms", 0)) for q in quantiles]
+        x = np.arange(len(quantiles))
+        a = ax.bar(x - 0.2, idle, 0.4, label="idle worker", color=COLORS["direct"])
+        b = ax.bar(x + 0.2, loaded, 0.4, label="batch flood queued", color=COLORS["queued"])
+        ax.bar_label(a, fmt="%.0f", padding=2)
+        ax.bar_label(b, fmt="%.0f", padding=2)
+        ax.set_xticks(x, quantiles)
+        ax.set_ylabel("interactive TTFT (ms)")
+        ax.set_title(f"{priority.get('batch_jobs', '?')} batch jobs queued", fontsize=10)
+        ax.legend()
+    if batch:
+        ax = axes[0][index]
+        values = [
+            float(batch.get("interactive_ttft_p50_ms", 0)),
+            float(batch.get("interactive_ttft_p50_during_batch_ms", 0)),
+        ]
+        _bars(ax, ["idle", "during a batch"], values, [COLORS["direct"], COLORS["queued"]], "ms")
+        ax.set_ylabel("interactive TTFT p50 (ms)")
+        ax.set_title(f"Batch API, {batch.get('requests', '?')} requests", fontsize=10)
+    return _save(
+        fig,
+        out,
+        "interactive-under-load",
+        "Interactive latency: idle vs under batch load",
+        "Interactive requests should barely notice batch work: the bars on the right of "
+        "each pair should be close to the ones on the left (goal: at most 1.5x).",
+    )
+
+
+def cold_vs_warm(results: dict[str, Result], out: Path) -> Figure | None:
+    warm = results.get("warm")
+    if not warm:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    labels = ["cold engine", "first on warm worker", "next 20 (p50)"]
+    values = [
+        float(warm.get("cold_ttft_ms", 0)),
+        float(warm.get("warm_ttft_ms", 0)),
+        float(warm.get("next_20_ttft_ms_p50", 0)),
+    ]
+    _bars(ax, labels, values, [COLORS["vllm"], COLORS["queued"], COLORS["direct"]], "ms")
+    ax.set_yscale("log")
+    ax.set_ylim(max(min(values) / 2, 0.1), max(values) * 3)
+    ax.set_ylabel("TTFT (ms, log scale)")
+    tokens = warm.get("system_prompt_tokens") or warm.get("prompt_tokens_first")
+    return _save(
+        fig,
+        out,
+        "cold-warm",
+        "Cold vs warm, with the ~2k-token system prompt",
+        f"A worker prefills its system prompts ({tokens} tokens) before it takes work, so "
+        f"the first real request is a prefix-cache hit: {warm.get('ratio', '?')}x faster "
+        "than on a cold engine.",
+    )
+
+
+def throughput(results: dict[str, Result], out: Path) -> Figure | None:
+    batching = results.get("batching")
+    if not batching:
+        return None
+    n = batching.get("concurrency", 16)
+    labels = ["direct, 1 at a time", f"direct, {n} at once", f"queued, {n} at once"]
+    values = [
+        float(batching.get("direct_tok_s_1", 0)),
+        float(batching.get(f"direct_tok_s_{n}", 0)),
+        float(batching.get(f"queued_tok_s_{n}", 0)),
+    ]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    _bars(ax, labels, values, [COLORS["direct"], COLORS["direct"], COLORS["queued"]], "tok/s")
+    ax.set_ylabel("output tokens per second")
+    return _save(
+        fig,
+        out,
+        "throughput",
+        "Throughput: continuous batching, direct vs through the queue",
+        f"Concurrent requests share the engine's steps. Through the queue llmq keeps "
+        f"{batching.get('queued_over_direct', '?')} of the direct engine's throughput at "
+        f"{n} at once. (The bench measures 1 and {n}; a sweep over 2, 4 and 8 is not in it.)",
+    )
+
+
+def classifier_and_routing(results: dict[str, Result], out: Path) -> Figure | None:
+    classifier, routing = results.get("classifier"), results.get("routing")
+    if not classifier and not routing:
+        return None
+    panels = int(bool(classifier)) + int(bool(routing))
+    fig, axes = plt.subplots(1, panels, figsize=(9, 4), squeeze=False)
+    index = 0
+    if classifier:
+        ax = axes[0][index]
+        index += 1
+        labels = ["p50", "p99"]
+        values = [float(classifier.get("p50_ms", 0)), float(classifier.get("p99_ms", 0))]
+        if "teacher_encode_p50_ms" in classifier:
+            labels.append("full encoder p50")
+            values.append(float(classifier["teacher_encode_p50_ms"]))
+        _bars(ax, labels, values, [COLORS["queued"]] * 2 + [COLORS["direct"]], "ms")
+        ax.axhline(5, color="#1a7f37", linestyle="--", linewidth=1, label="p50 budget 5 ms")
+        ax.set_ylabel("ms per routing decision")
+        ax.set_title(
+            f"classifier: accuracy {classifier.get('accuracy', '?')}, "
+            f"large recall {classifier.get('large_recall', '?')}",
+            fontsize=10,
+        )
+        ax.legend()
+    if routing:
+        ax = axes[0][index]
+        profiles = routing.get("profiles") or [routing]
+        names = [str(p.get("profile", "profile")) for p in profiles]
+        routed = [float(p.get("routed_mean_ms", 0)) for p in profiles]
+        large = [float(p.get("all_large_mean_ms", 0)) for p in profiles]
+        x = np.arange(len(names))
+        a = ax.bar(x - 0.2, routed, 0.4, label="routed", color=COLORS["queued"])
+        b = ax.bar(x + 0.2, large, 0.4, label="all to large", color=COLORS["vllm"])
+        ax.bar_label(a, fmt="%.0f", padding=2)
+        ax.bar_label(b, fmt="%.0f", padding=2)
+        ax.set_xticks(x, [_measured_or_simulated(n) for n in names], fontsize=8)
+        ax.set_ylabel("mean request latency (ms)")
+        ax.set_title(f"routing, relative cost {routing.get('relative_cost', '?')}", fontsize=10)
+        ax.legend()
+    return _save(
+        fig,
+        out,
+        "routing",
+        "Routing: classifier speed, routed vs all-large",
+        "Left: one routing decision, embedding included, against the 5 ms budget. Right: a "
+        "mixed workload routed by the classifier vs everything on the large tier; each "
+        "profile is labelled measured (this machine's engine) or simulated (a latency "
+        "profile of GPU tiers).",
+    )
+
+
+def _measured_or_simulated(name: str) -> str:
+    # The local profile times this machine's engine (small; larger tiers scaled); the
+    # others are published GPU figures: both drive the same simulated workload.
+    if "local" in name:
+        return f"{name}\n(measured here, simulated mix)"
+    return f"{name}\n(GPU profile, simulated)"
+
+
+def batch_throughput(results: dict[str, Result], out: Path) -> Figure | None:
+    batch = results.get("batch")
+    if not batch:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    values = [float(batch.get("serial_req_s", 0)), float(batch.get("batch_req_s", 0))]
+    _bars(ax, ["one at a time", "one batch"], values, [COLORS["direct"], COLORS["queued"]], "/s")
+    ax.set_ylabel("requests per second")
+    return _save(
+        fig,
+        out,
+        "batch",
+        "Batch API: one batch vs one request at a time",
+        f"{batch.get('requests', '?')} short requests; the batch keeps the engine full: "
+        f"{batch.get('speedup', '?')}x the requests per second (goal: at least 5x).",
+    )
+
+
+FAULT_KEYS = (
+    "jobs_lost",
+    "duplicate_results",
+    "stream_gaps",
+    "stream_dups",
+    "stalled_jobs",
+    "crashes",
+    "fuzz_request_crashes",
+    "fuzz_worker_crashes",
+    "failover_jobs_lost",
+)
+
+
+def faults(results: dict[str, Result], out: Path) -> Figure | None:
+    lab = results.get("faults")
+    if not lab:
+        return None
+    keys = [k for k in FAULT_KEYS if k in lab]
+    values = [float(lab[k]) for k in keys]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    colors = ["#cf222e" if v else "#1a7f37" for v in values]
+    bars = ax.barh([k.replace("_", " ") for k in keys], [max(v, 0.05) for v in values])
+    for bar, color in zip(bars, colors, strict=True):
+        bar.set_color(color)
+    ax.bar_label(bars, labels=[f"{v:g}" for v in values], padding=3)
+    ax.set_xlim(0, max([*values, 1]) * 1.3)
+    ax.invert_yaxis()
+    ax.set_xlabel("count (every one must be 0)")
+    return _save(
+        fig,
+        out,
+        "faults",
+        "Fault lab: what was lost",
+        f"{lab.get('kills', '?')} workers killed holding work, a Redis restart, "
+        f"{lab.get('fuzz_cases', '?')} bad inputs of each kind; green bars are zero.",
+    )
+
+
+DRAWERS: tuple[Callable[[dict[str, Result], Path], Figure | None], ...] = (
+    ttft_distributions,
+    interactive_under_load,
+    cold_vs_warm,
+    throughput,
+    classifier_and_routing,
+    batch_throughput,
+    faults,
+)
