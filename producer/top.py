@@ -151,7 +151,7 @@ def render(snapshot: Snapshot) -> RenderableType:
     for priority in Priority:
         queues.add_column(priority.value, justify="right")
     for tier in Tier:
-        cells = [_queue_cell(q) for q in snapshot.queues if q.tier is tier]
+        cells = [_queue_cell(q) for q in snapshot.queues if q.tier == tier]
         queues.add_row(tier.value, *cells)
 
     workers = Table(title="workers", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)

@@ -65,8 +65,8 @@ class QueueCollector(Collector):
         )
         live = live_workers(self._client.redis)
         for tier in Tier:
-            warm = sum(1 for w in live if w.tier is tier and w.warm)
-            warming = sum(1 for w in live if w.tier is tier and not w.warm)
+            warm = sum(1 for w in live if w.tier == tier and w.warm)
+            warming = sum(1 for w in live if w.tier == tier and not w.warm)
             workers.add_metric([tier.value, "warm"], warm)
             workers.add_metric([tier.value, "warming"], warming)
         routing = CounterMetricFamily(
