@@ -1,0 +1,135 @@
+"""``llmq bench mixed``'s replay against a tiny fake OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, ClassVar
+
+import pytest
+
+from bench.mixed import Replay, Target, request_arguments, side_figures
+from bench.trace import Event
+
+openai = pytest.importorskip("openai")
+
+SLOW = "slow"
+BROKEN = "broken"
+
+
+class _FakeOpenAI(BaseHTTPRequestHandler):
+    """Streams "a b c" one word a chunk; a SLOW message waits 30 s first, BROKEN is a 500."""
+
+    seen: ClassVar[list[dict[str, Any]]] = []
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        _FakeOpenAI.seen.append(body)
+        last = body["messages"][-1]["content"]
+        if last == BROKEN:
+            self.send_response(500)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"error": {"message": "boom"}}')
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        if last == SLOW:
+            time.sleep(30)
+        try:
+            for word in ("a ", "b ", "c"):
+                self._event({"choices": [{"index": 0, "delta": {"content": word}}]})
+                time.sleep(0.01)
+            self._event({"choices": [], "usage": _usage(3)})
+            self.wfile.write(b"data: [DONE]\n\n")
+        except OSError:
+            pass
+
+    def _event(self, payload: dict[str, Any]) -> None:
+        chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0}
+        chunk["model"] = "fake"
+        data = json.dumps({**chunk, **payload})
+        self.wfile.write(f"data: {data}\n\n".encode())
+        self.wfile.flush()
+
+
+def _usage(tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": 5, "completion_tokens": tokens, "total_tokens": 5 + tokens}
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _FakeOpenAI)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    _FakeOpenAI.seen = []
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def _event(t: float, kind: str, content: str, prompt: str | None = None) -> Event:
+    return Event(
+        t=t,
+        kind="batch" if kind == "batch" else "interactive",
+        messages=({"role": "user", "content": content},),
+        max_tokens=8,
+        system_prompt=prompt,
+    )
+
+
+def test_replay_records_answers_failures_and_cuts_batch_work_at_the_end(server: str) -> None:
+    target = Target(server, "none", "fake", "fake", inline_prompts={"support@1": "SYSTEM"})
+    sdk = openai.OpenAI(base_url=server + "/v1", api_key="none", max_retries=0, timeout=60)
+    events = [
+        _event(0.0, "interactive", "hello", "support@1"),
+        _event(0.1, "batch", "summarize this"),
+        _event(0.2, "batch", SLOW),
+        _event(0.3, "interactive", BROKEN),
+        _event(0.5, "interactive", "again"),
+    ]
+    replay = Replay(sdk, target, events)
+    started = time.monotonic()
+    replay.run(1.5)
+    assert time.monotonic() - started < 10  # the slow batch request was cut, not awaited
+    by_index = {o.index: o for o in replay.outcomes}
+    assert len(by_index) == len(events)
+    assert by_index[0].ok and by_index[0].text == "a b c" and by_index[0].tokens == 3
+    assert by_index[0].ttft_ms is not None and by_index[0].e2e_ms is not None
+    assert by_index[0].ttft_ms <= by_index[0].e2e_ms
+    assert by_index[1].ok and by_index[1].kind == "batch"
+    assert by_index[2].cut and not by_index[2].ok and by_index[2].error is None
+    assert not by_index[3].ok and by_index[3].error is not None
+    assert by_index[4].ok
+    # vLLM gets the registered prompt's text as a system message.
+    first = next(b for b in _FakeOpenAI.seen if b["messages"][-1]["content"] == "hello")
+    assert first["messages"][0] == {"role": "system", "content": "SYSTEM"}
+    assert first["stream"] is True and first["temperature"] == 0.0
+
+    figures = side_figures(replay.outcomes, flood_s=1.0, cost_weight=2.0)
+    assert figures.failed == 1
+    assert figures.batch_completed == 1 and figures.batch_cut == 1
+    assert figures.batch_tok_s == 3.0
+    assert figures.interactive_ok == 2
+    assert figures.cost > 0
+
+
+def test_llmq_requests_name_the_prompt_and_ask_for_batch_priority() -> None:
+    target = Target("http://x", "k", "auto", "auto", None, {"priority": "batch"})
+    chat = request_arguments(target, _event(0, "interactive", "hi", "support@1"))
+    assert chat["model"] == "auto"
+    assert chat["messages"] == [{"role": "user", "content": "hi"}]
+    assert chat["extra_body"] == {"system_prompt": "support@1"}
+    batch = request_arguments(target, _event(0, "batch", "sum", "summarize@1"))
+    assert batch["extra_body"] == {"system_prompt": "summarize@1", "priority": "batch"}
+    assert batch["stream_options"] == {"include_usage": True}
