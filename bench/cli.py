@@ -266,6 +266,19 @@ BENCHES: tuple[Bench, ...] = (
         ),
         on_engine=False,
     ),
+    Bench(
+        "prompt",
+        "a verbose system prompt vs its compressed version: tokens, cold/warm TTFT, gate",
+        "bench.prompt:run_prompt",
+        (
+            opt("--prompt", default="support-verbose", type=str, help="registered prompt"),
+            opt(*SAMPLES, default=3, help="cold and warm TTFT samples per version"),
+            opt("--cases", default=40, help="customer-service cases the gate answers"),
+            opt("--max-tokens", default=8, help="tokens per TTFT answer"),
+            opt("--keep-examples", default=3, help="few-shot examples compress keeps"),
+            opt("--gate-threshold", default=3.0, type=float, help="points B may lose"),
+        ),
+    ),
 )
 
 
