@@ -2,12 +2,12 @@
 
 Both variants answer the same cases, so their scores are paired: the difference is
 estimated from the pairs, not from two independent samples (arXiv 2411.00640). With
-right/wrong scores the gate uses Wilson intervals per variant and Newcombe's hybrid
-score interval for the paired difference (Newcombe 1998, method 10), which stays honest
-at small n and when every answer agrees; with graded scores (similarity without a pass
-mark) it uses a seeded paired bootstrap. Flips (cases one variant gets right and the
-other wrong) are counted as well: accuracy can hold while many answers change
-(arXiv 2407.09141).
+right/wrong scores the gate uses Wilson intervals per variant and Tango's score interval
+for the paired difference (Tango 1998), which stays honest at small n and when every
+answer agrees (no flips in 20 cases still allows a flip rate near 16%); with graded
+scores (similarity without a pass mark) it uses a seeded paired bootstrap. Flips
+(cases one variant gets right and the other wrong) are counted as well: accuracy can
+hold while many answers change (arXiv 2407.09141).
 
 Quality figures are fractions in [0, 1]; the threshold is in percentage points.
 """
@@ -76,7 +76,7 @@ class GateResult(BaseModel):
 
     n: int
     confidence: float
-    method: Literal["wilson-newcombe", "paired-bootstrap"]
+    method: Literal["wilson-tango", "paired-bootstrap"]
     a: Interval
     b: Interval
     delta: Interval
@@ -111,7 +111,11 @@ def wilson(successes: int, n: int, *, confidence: float = DEFAULT_CONFIDENCE) ->
 def newcombe_paired(
     both: int, b_only: int, a_only: int, neither: int, *, confidence: float = DEFAULT_CONFIDENCE
 ) -> Interval:
-    """Interval of p_B - p_A from paired right/wrong counts (Newcombe 1998, method 10)."""
+    """Interval of p_B - p_A from paired right/wrong counts (Newcombe 1998, method 10).
+
+    Kept for comparison: with no discordant pairs it collapses to a point, so the gate
+    uses :func:`tango_paired`.
+    """
     n = both + b_only + a_only + neither
     if n == 0:
         return Interval(value=0.0, low=-1.0, high=1.0)
@@ -126,6 +130,47 @@ def newcombe_paired(
     epsilon = math.sqrt(max(0.0, e1 * e1 - 2 * phi * e1 * d2 + d2 * d2))
     theta = p1 - p2
     return Interval(value=theta, low=max(-1.0, theta - delta), high=min(1.0, theta + epsilon))
+
+
+def _tango_statistic(delta: float, b: int, c: int, n: int) -> float:
+    """Tango's score statistic for p_B - p_A = ``delta`` (b: B-only right, c: A-only)."""
+    w = -b - c + (2 * n - b + c) * delta
+    q = (math.sqrt(max(0.0, w * w + 8 * n * c * delta * (1 - delta))) - w) / (4 * n)
+    variance = n * (2 * q + delta * (1 - delta))
+    numerator = b - c - n * delta
+    if variance <= 0:
+        return math.copysign(math.inf, numerator) if numerator else 0.0
+    return numerator / math.sqrt(variance)
+
+
+def tango_paired(
+    both: int, b_only: int, a_only: int, neither: int, *, confidence: float = DEFAULT_CONFIDENCE
+) -> Interval:
+    """Score interval of p_B - p_A from paired right/wrong counts (Tango 1998).
+
+    It depends on the discordant pairs and n, and stays honest when the variants agree
+    on every case: with none of n cases flipped, a flip rate up to about z^2/(n + z^2)
+    is still possible, so the interval is that wide, not a point.
+    """
+    n = both + b_only + a_only + neither
+    if n == 0:
+        return Interval(value=0.0, low=-1.0, high=1.0)
+    z = _z(confidence)
+    theta = (b_only - a_only) / n
+
+    def solve(low: float, high: float, target: float) -> float:
+        # The statistic falls as delta rises; bisect for where it crosses ``target``.
+        for _ in range(80):
+            middle = (low + high) / 2
+            if _tango_statistic(middle, b_only, a_only, n) > target:
+                low = middle
+            else:
+                high = middle
+        return (low + high) / 2
+
+    lower = -1.0 if _tango_statistic(-1.0, b_only, a_only, n) <= z else solve(-1.0, theta, z)
+    upper = 1.0 if _tango_statistic(1.0, b_only, a_only, n) >= -z else solve(theta, 1.0, -z)
+    return Interval(value=theta, low=min(lower, theta), high=max(upper, theta))
 
 
 def mcnemar_exact(a_only: int, b_only: int) -> float:
@@ -170,6 +215,37 @@ def _cases_needed(n: int, delta: Interval, threshold: float) -> int | None:
     return max(n + 1, math.ceil(n * (half / distance) ** 2), MIN_CASES)
 
 
+MAX_CASES_NEEDED = 1_000_000
+
+
+def _pairs_needed(
+    counts: tuple[int, int, int, int], threshold: float, confidence: float
+) -> int | None:
+    """Smallest number of pairs, at the observed rates, whose Tango interval decides."""
+    n = sum(counts)
+    if n == 0:
+        return None
+
+    def decided(m: int) -> bool:
+        scaled = [round(count * m / n) for count in counts]
+        interval = tango_paired(*scaled, confidence=confidence)
+        return interval.low > -threshold or interval.high < -threshold
+
+    high = n + 1
+    while not decided(high):
+        if high > MAX_CASES_NEEDED:
+            return None
+        high *= 2
+    low = max(n, high // 2)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if decided(middle):
+            high = middle
+        else:
+            low = middle
+    return max(high, MIN_CASES)
+
+
 def paired_gate(
     results: Sequence[PairedResult] | Sequence[tuple[bool | float, bool | float]],
     *,
@@ -206,18 +282,21 @@ def paired_gate(
         neither = n - both - a_only - b_only
         qa = wilson(both + a_only, n, confidence=confidence)
         qb = wilson(both + b_only, n, confidence=confidence)
-        delta = newcombe_paired(both, b_only, a_only, neither, confidence=confidence)
-        method: Literal["wilson-newcombe", "paired-bootstrap"] = "wilson-newcombe"
+        delta = tango_paired(both, b_only, a_only, neither, confidence=confidence)
+        method: Literal["wilson-tango", "paired-bootstrap"] = "wilson-tango"
         p_value: float | None = mcnemar_exact(a_only, b_only)
+        counts: tuple[int, int, int, int] | None = (both, b_only, a_only, neither)
     else:
         qa, qb, delta = _bootstrap(a, b, confidence=confidence, seed=seed)
-        method, p_value = "paired-bootstrap", None
+        method, p_value, counts = "paired-bootstrap", None, None
     threshold = threshold_points / 100
     needed: int | None = None
     verdict: Verdict
     if n < min_cases:
         verdict = "inconclusive"
-        needed = max(min_cases, _cases_needed(n, delta, threshold) or 0) if n else min_cases
+        needed = min_cases
+        if n and counts is not None:
+            needed = max(min_cases, _pairs_needed(counts, threshold, confidence) or 0)
         reason = f"{n} paired cases; the gate decides from {min_cases}"
     elif delta.low > -threshold:
         verdict = "pass"
@@ -227,7 +306,11 @@ def paired_gate(
         reason = f"B - A upper bound {100 * delta.high:+.1f} points is below -{threshold_points:g}"
     else:
         verdict = "inconclusive"
-        needed = _cases_needed(n, delta, threshold)
+        needed = (
+            _pairs_needed(counts, threshold, confidence)
+            if counts is not None
+            else _cases_needed(n, delta, threshold)
+        )
         reason = (
             f"B - A interval [{100 * delta.low:+.1f}, {100 * delta.high:+.1f}] points "
             f"contains -{threshold_points:g}"

@@ -20,7 +20,7 @@ from producer.quality import (
     score,
 )
 from producer.quality.scoring import chosen_option, first_json_object
-from producer.quality.stats import mcnemar_exact, newcombe_paired, wilson
+from producer.quality.stats import mcnemar_exact, newcombe_paired, tango_paired, wilson
 from schemas.errors import ConfigError
 
 
@@ -170,7 +170,8 @@ def test_wilson_matches_the_textbook() -> None:
     assert interval.high == pytest.approx(0.9433, abs=1e-3)
 
 
-def test_newcombe_covers_the_true_difference() -> None:
+@pytest.mark.parametrize("interval", [tango_paired, newcombe_paired])
+def test_paired_intervals_cover_the_true_difference(interval: object) -> None:
     # Coverage by simulation: correlated pairs, n=40, true difference -0.1.
     rng = np.random.default_rng(7)
     probabilities = [0.5, 0.1, 0.2, 0.2]  # both, b_only, a_only, neither
@@ -178,17 +179,26 @@ def test_newcombe_covers_the_true_difference() -> None:
     trials = 2000
     for _ in range(trials):
         both, b_only, a_only, neither = rng.multinomial(40, probabilities)
-        interval = newcombe_paired(int(both), int(b_only), int(a_only), int(neither))
-        assert interval.low <= interval.value <= interval.high
-        hits += interval.low <= -0.1 <= interval.high
+        found = interval(int(both), int(b_only), int(a_only), int(neither))  # type: ignore[operator]
+        assert found.low <= found.value <= found.high
+        hits += found.low <= -0.1 <= found.high
     assert 0.93 <= hits / trials <= 0.985
 
 
-def test_newcombe_agreeing_pairs_are_narrower_than_unpaired() -> None:
-    paired = newcombe_paired(10, 0, 0, 10)
-    assert paired.high - paired.low < 0.01
-    unanimous = newcombe_paired(20, 0, 0, 0)  # all right: little is known at n=20
-    assert unanimous.low < -0.1
+def test_no_flips_still_leaves_room_for_a_flip_rate() -> None:
+    # Tango: none of n flipped still allows about z^2 / (n + z^2) either way.
+    for counts in [(10, 0, 0, 10), (20, 0, 0, 0), (0, 0, 0, 20)]:
+        interval = tango_paired(*counts)
+        assert interval.low == pytest.approx(-3.8415 / 23.8415, abs=1e-3)
+        assert interval.high == pytest.approx(3.8415 / 23.8415, abs=1e-3)
+    # Newcombe's interval collapses when every pair agrees: why the gate does not use it.
+    assert newcombe_paired(10, 0, 0, 10).high - newcombe_paired(10, 0, 0, 10).low < 0.01
+
+
+def test_tango_on_a_clear_loss() -> None:
+    interval = tango_paired(5, 0, 15, 0)
+    assert interval.value == -0.75
+    assert -0.95 < interval.low < interval.high < -0.4
 
 
 def test_mcnemar() -> None:
@@ -197,7 +207,7 @@ def test_mcnemar() -> None:
 
 
 def test_identical_variants_pass() -> None:
-    scores = [i % 3 != 0 for i in range(60)]
+    scores = [i % 3 != 0 for i in range(200)]
     result = paired_gate([PairedResult(str(i), s, s) for i, s in enumerate(scores)])
     assert result.verdict == "pass"
     assert result.delta.value == 0
@@ -206,9 +216,12 @@ def test_identical_variants_pass() -> None:
     assert result.cases_needed is None
 
 
-def test_identical_at_twenty_cases_pass() -> None:
-    scores = [i % 2 == 0 for i in range(20)]
-    assert paired_gate([(s, s) for s in scores]).verdict == "pass"
+def test_identical_at_twenty_cases_need_more_cases_or_a_wider_threshold() -> None:
+    pairs = [(i % 2 == 0, i % 2 == 0) for i in range(20)]
+    small = paired_gate(pairs)
+    assert small.verdict == "inconclusive"
+    assert small.cases_needed is not None and 100 < small.cases_needed < 200
+    assert paired_gate(pairs, threshold_points=20).verdict == "pass"
 
 
 def test_clearly_worse_fails() -> None:

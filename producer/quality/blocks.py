@@ -1,0 +1,124 @@
+"""One variant's block: its worker up (started here if none is), then down again.
+
+On a small host (this project's 2-core CPU machine) two vLLM engines slow each other
+even when they take turns, so the gate runs A's cases with only A's engine up, then
+B's with only B's. A worker is started as ``llmq worker --tier T`` in a child process
+(the producer never imports the workers package) and stopped when its block ends; a
+worker that was already serving the tier is used as it is and left running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Literal
+
+from producer.status import live_workers
+from schemas.boundary import broker_boundary
+from schemas.broker import redis_client
+from schemas.errors import EngineError, NoWarmWorker
+from schemas.queues import Tier
+from schemas.settings import Settings
+
+Spawn = Literal["auto", "never"]
+WARM_TIMEOUT_S = 900.0
+STOP_GRACE_S = 60.0
+LOG_LINES_SHOWN = 5
+
+
+def _workers(settings: Settings) -> list[tuple[Tier, str, bool]]:
+    client = redis_client(settings.broker_url)
+    try:
+        with broker_boundary("read the worker registry"):
+            return [(w.tier, w.worker_id, w.warm) for w in live_workers(client)]
+    finally:
+        client.close()
+
+
+def other_engines(settings: Settings, tier: Tier) -> int:
+    """Live workers of any other tier or variant (each holds an engine)."""
+    return sum(1 for name, _, _ in _workers(settings) if name != tier)
+
+
+@contextlib.contextmanager
+def worker_block(
+    settings: Settings,
+    tier: Tier,
+    *,
+    spawn: Spawn = "auto",
+    say: Callable[[str], None] = lambda _line: None,
+) -> Iterator[None]:
+    """A warm worker serves ``tier`` inside the block.
+
+    With ``spawn="auto"`` a worker is started (and stopped after) when none is warm;
+    with ``"never"`` the block raises ``NoWarmWorker`` instead. Raises ``EngineError``
+    when the started worker exits or does not warm up, with the last lines it wrote.
+    """
+    if any(name == tier and warm for name, _, warm in _workers(settings)):
+        yield
+        return
+    if spawn == "never":
+        raise NoWarmWorker(f"no warm worker serves {tier}; start one: llmq worker --tier {tier}")
+    with tempfile.TemporaryDirectory(prefix="llmq-ab-") as folder:
+        log_path = Path(folder) / "worker.log"
+        with log_path.open("wb") as log:
+            say(f"starting a worker for {tier} (its engine loads and warms up)...")
+            process = subprocess.Popen(
+                [sys.executable, "-m", "producer.cli", "worker", "--tier", tier.value],
+                env={
+                    **os.environ,
+                    "LLMQ_BROKER_URL": settings.broker_url,
+                    "LLMQ_DATABASE_URL": settings.database_url,
+                    "LLMQ_LOG_LEVEL": os.environ.get("LLMQ_LOG_LEVEL", "WARNING"),
+                },
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+            try:
+                started = time.monotonic()
+                _wait_warm(settings, tier, process, log_path)
+                say(f"{tier} is warm after {time.monotonic() - started:.0f} s")
+                yield
+            finally:
+                _stop(process)
+
+
+def _wait_warm(
+    settings: Settings, tier: Tier, process: subprocess.Popen[bytes], log_path: Path
+) -> None:
+    prefix = f"{tier.value}-{process.pid}-"
+    deadline = time.monotonic() + WARM_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise EngineError(
+                f"the worker for {tier} exited with code {process.returncode}: "
+                + _last_lines(log_path)
+            )
+        if any(wid.startswith(prefix) and warm for _, wid, warm in _workers(settings)):
+            return
+        time.sleep(0.5)
+    raise EngineError(f"the worker for {tier} was not warm after {WARM_TIMEOUT_S:.0f} s")
+
+
+def _last_lines(path: Path) -> str:
+    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    return " | ".join((errors or lines)[-LOG_LINES_SHOWN:]) or "(no output)"
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (the worker finishes what it runs and leaves the registry), then insist."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
