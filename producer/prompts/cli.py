@@ -167,7 +167,8 @@ def _usage(settings: Settings, sizes: dict[str, int]) -> tuple[dict[str, Any], s
     try:
         return prompt_usage(engine, sizes), None
     except SQLAlchemyError as exc:
-        return {}, f"job database: {type(exc).__name__}"
+        reason = "no jobs table yet (llmq db upgrade)" if "no such table" in str(exc) else ""
+        return {}, reason or f"the job database did not answer ({type(exc).__name__})"
     finally:
         engine.dispose()
 
@@ -198,10 +199,11 @@ def _options(args: argparse.Namespace) -> LintOptions:
 def _resolve(args: argparse.Namespace) -> tuple[Settings, PromptRegistry, SystemPrompt, Tier]:
     settings = Settings.from_env()
     registry = _registry(settings)
-    tier = Tier(args.tier) if args.tier else settings.default_tier
+    if args.tier:  # a prompt the tier does not serve is an error, not another tier's count
+        tier = Tier(args.tier)
+        return settings, registry, registry.resolve(args.prompt, tier=tier), tier
     prompt = registry.resolve(args.prompt)
-    if tier not in prompt.tiers:
-        tier = sorted(prompt.tiers)[0]
+    tier = settings.default_tier if settings.default_tier in prompt.tiers else min(prompt.tiers)
     return settings, registry, prompt, tier
 
 
