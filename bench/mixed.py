@@ -133,8 +133,15 @@ class Replay:
     def now(self) -> float:
         return time.perf_counter() - self._start
 
-    def run(self, duration_s: float, *, at: Callable[[float], None] | None = None) -> None:
-        """Replay; ``at(t)`` is called once, from its own thread, at half-time."""
+    def run(
+        self,
+        duration_s: float,
+        *,
+        at: Callable[[float], None] | None = None,
+        on_cut: Callable[[], None] | None = None,
+    ) -> None:
+        """Replay; ``at(t)`` is called once, from its own thread, at half-time, and
+        ``on_cut()`` when the trace ends, after the open batch streams are shut."""
         self._start = time.perf_counter()
         extra: threading.Thread | None = None
         if at is not None:
@@ -144,6 +151,8 @@ class Replay:
         try:
             futures = self._dispatch(pool, duration_s)
             self._cut_batch()
+            if on_cut is not None:
+                on_cut()
             _drain(futures)
             if extra is not None:
                 extra.join()
@@ -421,6 +430,12 @@ class Side:
         """Kill the engine's process and start it again; seconds until it serves again."""
         raise NotImplementedError
 
+    def cut_batch(self) -> None:
+        """Drop batch work still waiting or running when the trace ends.
+
+        A plain server aborts a request whose client left; that is the default.
+        """
+
 
 class VllmSide(Side):
     """vLLM's own OpenAI server on a fixed port (a restart comes back on the same one)."""
@@ -570,6 +585,28 @@ class LlmqSide(Side):
         self._start_worker()
         return time.perf_counter() - started
 
+    def cut_batch(self) -> None:
+        # The gateway does not cancel a job whose stream was closed (a reader may come
+        # back): the bulk job's owner cancels what is left, as vLLM's clients left.
+        from sqlalchemy import select
+
+        from producer.client import Client
+        from schemas.jobs import JobStatus
+        from schemas.queues import Priority
+        from schemas.tables import Job
+
+        open_statuses = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
+        with Client(self.settings) as client:
+            with client.sessions() as session:
+                ids = session.scalars(
+                    select(Job.id).where(
+                        Job.priority == Priority.BATCH.value, Job.status.in_(open_statuses)
+                    )
+                ).all()
+            for job_id in ids:
+                with contextlib.suppress(Exception):
+                    client.cancel(job_id)
+
     def stop(self) -> None:
         from workers.supervise import stop_process
 
@@ -652,7 +689,7 @@ def replay_side(
         run.restart_s = round(side.restart(), 1)
 
     replay = Replay(sdk, side.target, events)
-    replay.run(plan.duration_s, at=restart if with_restart else None)
+    replay.run(plan.duration_s, at=restart if with_restart else None, on_cut=side.cut_batch)
     run.outcomes = replay.outcomes
     return run
 
