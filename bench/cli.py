@@ -37,9 +37,12 @@ class Option:
     default: Any = None
     type: Callable[[str], Any] = int
     dest: str | None = None
+    switch: bool = False
 
     def add_to(self, parser: argparse.ArgumentParser) -> str:
         """Add the option to ``parser``; returns the name its value is stored under."""
+        if self.switch:
+            return parser.add_argument(*self.flags, action="store_true", help=self.help).dest
         settings: dict[str, Any] = {"type": self.type, "default": self.default, "help": self.help}
         if self.dest is not None:
             settings["dest"] = self.dest
@@ -56,6 +59,11 @@ def opt(
 ) -> Option:
     """An :class:`Option`; integer-valued unless ``type`` says otherwise."""
     return Option(flags, help, default, type, dest)
+
+
+def switch(*flags: str, help: str) -> Option:
+    """An on/off :class:`Option` (``store_true``): False unless given."""
+    return Option(flags, help, default=False, switch=True)
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,12 @@ def _peer(settings: Settings, values: Values) -> dict[str, Any]:
 
     tier = values.pop("tier")
     return run_peer(settings, tier=tier, plan=PeerPlan(**values))
+
+
+def _mixed(settings: Settings, values: Values) -> dict[str, Any]:
+    from bench.mixed import run_mixed
+
+    return run_mixed(settings, **values)
 
 
 def _faults(settings: Settings, values: Values) -> dict[str, Any]:
@@ -263,6 +277,24 @@ BENCHES: tuple[Bench, ...] = (
             opt("--requests", default=2000, help="simulated requests"),
             opt("--seed", default=7, help="seed of the workload"),
             opt("--output-tokens", default=200, help="tokens per request"),
+        ),
+        on_engine=False,
+    ),
+    Bench(
+        "mixed",
+        "a mixed day (support chats, a batch flood, a restart): vLLM's own server vs llmq",
+        _mixed,
+        (
+            opt("--minutes", default=2.0, type=float, help="length of the trace"),
+            opt("--seed", default=7, help="seed of the trace"),
+            switch("--with-restart", help="kill and restart each side's engine at half-time"),
+            opt(
+                "--interactive-rate",
+                default=0.25,
+                type=float,
+                help="interactive requests per second",
+            ),
+            opt("--batch-rate", default=0.5, type=float, help="batch requests per second"),
         ),
         on_engine=False,
     ),

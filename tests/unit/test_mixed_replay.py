@@ -133,3 +133,29 @@ def test_llmq_requests_name_the_prompt_and_ask_for_batch_priority() -> None:
     batch = request_arguments(target, _event(0, "batch", "sum", "summarize@1"))
     assert batch["extra_body"] == {"system_prompt": "summarize@1", "priority": "batch"}
     assert batch["stream_options"] == {"include_usage": True}
+
+
+def test_llmq_bench_mixed_passes_its_options(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import bench.mixed
+    from producer.cli import main
+
+    seen: dict[str, Any] = {}
+
+    def fake(settings: object, **values: Any) -> dict[str, Any]:
+        seen.update(values)
+        return {"bench": "mixed"}
+
+    monkeypatch.setattr(bench.mixed, "run_mixed", fake)
+    assert main(["bench", "mixed", "--minutes", "0.5", "--with-restart", "--json"]) == 0
+    assert seen == {
+        "minutes": 0.5,
+        "seed": 7,
+        "with_restart": True,
+        "interactive_rate": 0.25,
+        "batch_rate": 0.5,
+    }
+    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {"bench": "mixed"}
+    assert main(["bench", "mixed", "--json"]) == 0
+    assert seen["with_restart"] is False and seen["minutes"] == 2.0
