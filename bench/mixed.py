@@ -596,7 +596,7 @@ class LlmqSide(Side):
         from schemas.tables import Job
 
         open_statuses = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
-        with Client(self.settings) as client:
+        with Client(self.settings, warm=False) as client:
             with client.sessions() as session:
                 ids = session.scalars(
                     select(Job.id).where(
