@@ -49,11 +49,12 @@ class PromptGate:
 def wait_for_prompts(
     client: Client, tier: Tier, refs: Sequence[str], *, timeout_s: float = PREFILL_WAIT_S
 ) -> None:
-    """Return once every warm worker of ``tier`` has prefilled ``refs``.
+    """Return once ``client`` and every warm worker of ``tier`` know and prefilled ``refs``.
 
     A job naming a version a worker has not loaded yet would fail there. Raises
     ``GateUnavailable`` when no worker is warm or the versions never show up.
     """
+    client.reload_prompts()  # this producer must know the versions too
     deadline = time.monotonic() + timeout_s
     while True:
         warm = [w for w in live_workers(client.redis) if w.tier is tier and w.warm]

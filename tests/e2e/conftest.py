@@ -20,12 +20,14 @@ WORKER_METRICS_PORT = free_port()
 
 
 @pytest.fixture(scope="session")
-def e2e_settings() -> Settings:
+def e2e_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     redis_url = f"{REDIS_BASE}/{E2E_REDIS_DB}"
     redis.Redis.from_url(redis_url).flushdb()
     database_url = postgres_database("llmq_e2e")
     truncate_jobs(database_url)
-    return Settings(broker_url=redis_url, database_url=database_url)
+    # A deployment prompts folder, empty at start: tests register prompt versions there.
+    prompts_dir = tmp_path_factory.mktemp("prompts")
+    return Settings(broker_url=redis_url, database_url=database_url, prompts_dir=prompts_dir)
 
 
 @pytest.fixture(scope="session")
@@ -40,7 +42,12 @@ def worker(e2e_settings: Settings, worker_log: Path) -> Iterator[str]:
     log_path = worker_log
     with log_path.open("wb") as log:
         process = start_worker_process(
-            e2e_settings, Tier.SMALL, concurrency=8, output=log, metrics_port=WORKER_METRICS_PORT
+            e2e_settings,
+            Tier.SMALL,
+            concurrency=8,
+            output=log,
+            metrics_port=WORKER_METRICS_PORT,
+            env={"LLMQ_PROMPTS_DIR": str(e2e_settings.prompts_dir)},
         )
     try:
         yield wait_until_warm(e2e_settings, Tier.SMALL, process, timeout=600)
