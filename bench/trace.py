@@ -62,15 +62,16 @@ class TracePlan:
 
     Measured there (vLLM's server, float32): ~15 tokens/s for one stream, ~33 tokens/s
     for eight at once, ~400-700 prompt tokens/s of prefill. The interactive load alone
-    (0.25/s, up to 32 tokens) takes about a quarter of that; the flood (0.5/s of
-    ~450-token transcripts, 96-token summaries) asks for more than all of it, so vLLM's
-    own server, which serves every request as it comes, is saturated while it runs.
+    (0.25/s, up to 32 tokens) takes about a quarter of that; the flood (2/s of
+    ~450-token transcripts, 96-token summaries) asks for several times all of it, so
+    vLLM's own server, which serves every request as it comes, soon has more requests
+    than its 16 sequences and queues everyone behind the flood.
     """
 
     minutes: float = 2.0
     seed: int = 7
     interactive_rate: float = 0.25
-    batch_rate: float = 0.5
+    batch_rate: float = 2.0
     flood_start: float = 0.25
     support_share: float = 0.8
     case_share: float = 0.25

@@ -154,7 +154,7 @@ def test_llmq_bench_mixed_passes_its_options(
         "seed": 7,
         "with_restart": True,
         "interactive_rate": 0.25,
-        "batch_rate": 0.5,
+        "batch_rate": 2.0,
     }
     assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {"bench": "mixed"}
     assert main(["bench", "mixed", "--json"]) == 0
