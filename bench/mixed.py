@@ -808,6 +808,12 @@ def report(
         result[f"{name}_restart_took_s"] = run.restart_s
         errors = sorted({o.error.split(":")[0] for o in run.outcomes if o.error})
         result[f"{name}_errors"] = errors
+        # Every interactive TTFT in trace order, for the report's distribution plots.
+        result[f"{name}_interactive_ttft_samples_ms"] = [
+            rounded(o.ttft_ms)
+            for o in run.outcomes
+            if o.kind == "interactive" and o.ok and o.ttft_ms is not None
+        ]
     result["vllm_tier_config"] = sides["vllm"].tier.value
     result["llmq_tiers_served"] = sides["llmq"].tiers_served
     result["llmq_auto_routing"] = (

@@ -183,3 +183,62 @@ def test_a_tier_costs_one_unless_configured() -> None:
     assert TierConfig(cost_weight=4.0).cost_weight == 4.0
     with pytest.raises(ValueError):
         TierConfig(cost_weight=0)
+
+
+def test_the_report_holds_the_issue_figures_counts_and_samples() -> None:
+    from bench.mixed import Side, SideRun, report
+    from bench.trace import Event
+    from schemas.queues import Tier
+    from schemas.settings import Settings
+
+    class FakeSide(Side):
+        def __init__(self, tier: Tier) -> None:
+            self.tier = tier
+            self.tiers_served = [tier.value]
+
+    plan = TracePlan(minutes=1, flood_start=0.5)
+    case = Event(
+        t=1.0,
+        kind="interactive",
+        messages=({"role": "user", "content": "What time do you open?"},),
+        max_tokens=24,
+        case="cs-001",  # right when the answer names 8
+    )
+    batch = Event(t=40.0, kind="batch", messages=({"role": "user", "content": "x"},), max_tokens=9)
+    events = [case, batch]
+    runs = {
+        "vllm": SideRun(
+            [
+                _outcome(0, "interactive", finished=9.0, ok=True, ttft_ms=800.0, e2e_ms=900.0),
+                _outcome(1, "batch", finished=60.0, cut=True),
+            ]
+        ),
+        "llmq": SideRun(
+            [
+                _outcome(
+                    0,
+                    "interactive",
+                    finished=2.0,
+                    ok=True,
+                    ttft_ms=200.0,
+                    e2e_ms=300.0,
+                    text="We open at 8 am.",
+                ),
+                _outcome(1, "batch", finished=50.0, ok=True, tokens=60),
+            ]
+        ),
+    }
+    settings = Settings(tiers={"large": {"cost_weight": 3.0}})
+    sides: dict[str, Side] = {"vllm": FakeSide(Tier.LARGE), "llmq": FakeSide(Tier.SMALL)}
+    result = report(settings, plan, events, runs, sides, with_restart=False)
+    assert result["p99_speedup"] == 4.0
+    assert result["vllm_quality"] == 0.0 and result["llmq_quality"] == 100.0
+    assert result["llmq_batch_tok_s"] == 2.0 and result["vllm_batch_tok_s"] == 0.0
+    # In flight from 0 s (the first send) to the last end, weighted by the tier's cost.
+    assert result["vllm_cost"] == 3.0 * 60.0
+    assert result["llmq_cost"] == 1.0 * 50.0
+    assert result["vllm_failed"] == result["llmq_failed"] == 0
+    assert result["llmq_interactive_ttft_samples_ms"] == [200.0]
+    assert result["llmq_tiers_served"] == ["small"]
+    assert result["interactive_requests"] == 1 and result["batch_requests"] == 1
+    assert result["host"]
