@@ -476,32 +476,40 @@ class VllmSide(Side):
             inline_prompts=_prompt_texts(registry),
         )
         self.process: Any = None
+        # A restart runs in its own thread: once stopped for good, nothing starts again.
+        self._guard = threading.Lock()
+        self._closed = False
 
     def start(self) -> None:
         import subprocess
 
         from bench.peer import _wait_for
 
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(
+        with self._guard, self.log.open("ab") as log:
+            if self._closed:
+                raise RuntimeError("vLLM's server was stopped")
+            process = subprocess.Popen(
                 self.command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
-        _wait_for(self.target.base_url + "/v1/models", self.process)
+            self.process = process
+        _wait_for(self.target.base_url + "/v1/models", process)
 
     def stop(self, *, kill: bool = False) -> None:
         import signal
 
         from bench.peer import _stop_group
 
-        if self.process is None:
+        with self._guard:
+            process, self.process = self.process, None
+            self._closed = self._closed or not kill
+        if process is None:
             return
         if kill:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
         else:
-            _stop_group(self.process)
-        self.process = None
+            _stop_group(process)
 
     def restart(self) -> float:
         started = time.perf_counter()
@@ -538,6 +546,9 @@ class LlmqSide(Side):
         }
         self.worker: Any = None
         self.gateway: Any = None
+        # A restart runs in its own thread: once stopped for good, nothing starts again.
+        self._guard = threading.Lock()
+        self._closed = False
         self.target = Target(
             base_url="",
             api_key="",
@@ -571,17 +582,23 @@ class LlmqSide(Side):
     def _start_worker(self) -> None:
         from workers.supervise import start_worker_process, wait_until_warm
 
-        with (self.scratch / "worker.log").open("ab") as log:
-            self.worker = start_worker_process(
+        with self._guard, (self.scratch / "worker.log").open("ab") as log:
+            if self._closed:
+                raise RuntimeError("the llmq stack was stopped")
+            worker = start_worker_process(
                 self.settings, self.tier, output=log, env=self.env, own_group=True
             )
-        wait_until_warm(self.settings, self.tier, self.worker, timeout=START_TIMEOUT_S)
+            self.worker = worker
+        wait_until_warm(self.settings, self.tier, worker, timeout=START_TIMEOUT_S)
 
     def restart(self) -> float:
         from workers.supervise import kill_group
 
         started = time.perf_counter()
-        kill_group(self.worker)
+        with self._guard:
+            worker, self.worker = self.worker, None
+        if worker is not None:
+            kill_group(worker)
         self._start_worker()
         return time.perf_counter() - started
 
@@ -610,10 +627,13 @@ class LlmqSide(Side):
     def stop(self) -> None:
         from workers.supervise import stop_process
 
+        with self._guard:
+            self._closed = True
+            worker, self.worker = self.worker, None
         if self.gateway is not None:
             stop_process(self.gateway, grace_s=10)
-        if self.worker is not None:
-            stop_process(self.worker)
+        if worker is not None:
+            stop_process(worker)
         self.redis.stop()
 
 
@@ -667,6 +687,7 @@ class SideRun:
     outcomes: list[Outcome]
     restart_s: float | None = None
     restart_at_s: float | None = None
+    restart_error: str | None = None
 
 
 def replay_side(
@@ -686,7 +707,10 @@ def replay_side(
 
     def restart(t: float) -> None:
         run.restart_at_s = round(t, 1)
-        run.restart_s = round(side.restart(), 1)
+        try:
+            run.restart_s = round(side.restart(), 1)
+        except Exception as exc:  # noqa: BLE001 - reported in the figures, not raised
+            run.restart_error = f"{type(exc).__name__}: {exc}"[:300]
 
     replay = Replay(sdk, side.target, events)
     replay.run(plan.duration_s, at=restart if with_restart else None, on_cut=side.cut_batch)
@@ -806,6 +830,8 @@ def report(
     for name, run in runs.items():
         result[f"{name}_restart_at_s"] = run.restart_at_s
         result[f"{name}_restart_took_s"] = run.restart_s
+        if run.restart_error is not None:
+            result[f"{name}_restart_error"] = run.restart_error
         errors = sorted({o.error.split(":")[0] for o in run.outcomes if o.error})
         result[f"{name}_errors"] = errors
         # Every interactive TTFT in trace order, for the report's distribution plots.
