@@ -311,6 +311,21 @@ BENCHES: tuple[Bench, ...] = (
             opt("--gate-threshold", default=3.0, type=float, help="points B may lose"),
         ),
     ),
+    Bench(
+        "quant",
+        "a tier vs its variant in another precision (float32 vs bfloat16 here): speed, gate",
+        "bench.quant:run_quant",
+        (
+            opt("--n", default=60, help="shipped cases both variants answer"),
+            opt("--max-tokens", default=16, help="tokens per answer"),
+            opt("--concurrency", default=4, help="jobs in flight per block"),
+            opt("--a-dtype", default="float32", type=str, help="A's dtype"),
+            opt("--b-dtype", default="bfloat16", type=str, help="B's dtype"),
+            opt("--b-quantization", type=str, help="B's quantization (awq, gptq...; none)"),
+            opt("--b-model", type=str, help="B's model (a quantized checkpoint; default A's)"),
+            opt("--threshold", default=3.0, type=float, help="points B may lose"),
+        ),
+    ),
 )
 
 

@@ -42,9 +42,33 @@ def _workers(settings: Settings) -> list[tuple[Tier, str, bool]]:
         client.close()
 
 
+ENGINE_MARKERS = (b"producer.cli\x00worker", b"vllm.entrypoints")
+
+
+def host_engine_pids() -> set[int]:
+    """Processes on this host that hold an engine (llmq workers of any broker, vLLM
+    servers): the registry sees only this broker's workers, the host sees them all."""
+    pids = set()
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if any(marker in command for marker in ENGINE_MARKERS):
+            pids.add(int(entry.name))
+    return pids
+
+
 def other_engines(settings: Settings, tier: Tier) -> int:
-    """Live workers of any other tier or variant (each holds an engine)."""
-    return sum(1 for name, _, _ in _workers(settings) if name != tier)
+    """Engines up beside ``tier``'s: other tiers' workers on this broker, or any engine
+    process on this host that is not a worker of ``tier`` on this broker."""
+    own = {
+        int(wid.split("@")[-2].rsplit("-", 2)[1])
+        for name, wid, _ in _workers(settings)
+        if name == tier and "@" in wid
+    }
+    on_broker = sum(1 for name, _, _ in _workers(settings) if name != tier)
+    return max(on_broker, len(host_engine_pids() - own - {os.getpid()}))
 
 
 @contextlib.contextmanager

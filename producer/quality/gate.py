@@ -120,7 +120,7 @@ def run_gate(
         for label, tier, budget in zip("AB", (options.a, options.b), budgets, strict=True):
             bar = Progress(f"{label} {tier}", len(chosen), enabled=progress)
             with worker_block(settings, tier, spawn=options.spawn, say=bar.say):
-                shared.append(other_engines(settings, tier))
+                before = other_engines(settings, tier)
                 runs.append(
                     run_cases(
                         client,
@@ -131,6 +131,7 @@ def run_gate(
                         on_answer=bar.step,
                     )
                 )
+                shared.append(max(before, other_engines(settings, tier)))
     return build_report(
         chosen,
         runs[0],
