@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -212,7 +213,9 @@ class Replay:
         try:
             self._read(index, event, read, started)
         except Exception as exc:  # noqa: BLE001 - any failure of a request is counted
-            read.error = f"{type(exc).__name__}: {exc}"[:300]
+            status = getattr(exc, "status_code", None)
+            kind = type(exc).__name__ + (f" {status}" if status is not None else "")
+            read.error = f"{kind}: {exc}"[:300]
         e2e_ms = (time.perf_counter() - started) * 1000.0
         with self._lock:
             self._open_batch.pop(index, None)
@@ -832,8 +835,9 @@ def report(
         result[f"{name}_restart_took_s"] = run.restart_s
         if run.restart_error is not None:
             result[f"{name}_restart_error"] = run.restart_error
-        errors = sorted({o.error.split(":")[0] for o in run.outcomes if o.error})
-        result[f"{name}_errors"] = errors
+        # Failures by kind (exception and HTTP status), with the requests' kind.
+        errors = Counter(f"{o.kind}: {o.error.split(':')[0]}" for o in run.outcomes if o.error)
+        result[f"{name}_errors"] = dict(sorted(errors.items()))
         # Every interactive TTFT in trace order, for the report's distribution plots.
         result[f"{name}_interactive_ttft_samples_ms"] = [
             rounded(o.ttft_ms)
@@ -841,7 +845,11 @@ def report(
             if o.kind == "interactive" and o.ok and o.ttft_ms is not None
         ]
     result["vllm_tier_config"] = sides["vllm"].tier.value
+    result["vllm_model"] = settings.tier(sides["vllm"].tier).model
     result["llmq_tiers_served"] = sides["llmq"].tiers_served
+    result["llmq_models_served"] = sorted(
+        {settings.tier(Tier(t)).model for t in sides["llmq"].tiers_served}
+    )
     result["llmq_auto_routing"] = (
         "auto -> default tier: the bench stack runs one worker (one engine at a time on "
         "this host), so its gateway has no trained router"

@@ -110,6 +110,7 @@ def test_replay_records_answers_failures_and_cuts_batch_work_at_the_end(server: 
     assert by_index[1].ok and by_index[1].kind == "batch"
     assert by_index[2].cut and not by_index[2].ok and by_index[2].error is None
     assert not by_index[3].ok and by_index[3].error is not None
+    assert by_index[3].error.startswith("InternalServerError 500:")
     assert by_index[4].ok
     # vLLM gets the registered prompt's text as a system message.
     first = next(b for b in _FakeOpenAI.seen if b["messages"][-1]["content"] == "hello")

@@ -240,5 +240,8 @@ def test_the_report_holds_the_issue_figures_counts_and_samples() -> None:
     assert result["vllm_failed"] == result["llmq_failed"] == 0
     assert result["llmq_interactive_ttft_samples_ms"] == [200.0]
     assert result["llmq_tiers_served"] == ["small"]
+    assert result["llmq_models_served"] == [settings.tier(Tier.SMALL).model]
+    assert result["vllm_model"] == settings.tier(Tier.LARGE).model
+    assert result["vllm_errors"] == {} and result["llmq_errors"] == {}
     assert result["interactive_requests"] == 1 and result["batch_requests"] == 1
     assert result["host"]
