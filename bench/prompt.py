@@ -134,7 +134,9 @@ def run_prompt(
             round(verdict.delta.low * 100, 1),
             round(verdict.delta.high * 100, 1),
         ],
+        "quality_flips": [verdict.flips.a_only, verdict.flips.b_only],
         "gate_cases": verdict.n,
+        "gate_cases_needed": verdict.cases_needed,
         "gate_threshold_points": gate_threshold,
         "verdict": verdict.verdict,
     }
