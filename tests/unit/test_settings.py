@@ -7,7 +7,7 @@ import pytest
 
 from schemas.errors import ConfigError
 from schemas.queues import Tier
-from schemas.settings import BUNDLED_MODEL, Settings
+from schemas.settings import BUNDLED_LARGE_MODEL, BUNDLED_MODEL, Settings
 
 
 def test_defaults_are_the_embedded_stack(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -16,7 +16,8 @@ def test_defaults_are_the_embedded_stack(monkeypatch: pytest.MonkeyPatch) -> Non
     settings = Settings.from_env()
     assert settings.broker_url == "redis://127.0.0.1:6379/0"
     assert settings.database_url.startswith("sqlite:")
-    assert {config.model for config in settings.tiers.values()} == {BUNDLED_MODEL}
+    assert settings.tier(Tier.SMALL).model == settings.tier(Tier.MEDIUM).model == BUNDLED_MODEL
+    assert settings.tier(Tier.LARGE).model == BUNDLED_LARGE_MODEL
     assert settings.default_tier is Tier.SMALL
 
 
