@@ -6,8 +6,8 @@ compress``'s pass and is registered in a scratch prompts folder as the next vers
 * **Cold**: a prefix the engine has never seen, as after a new version or an eviction.
   Each sample sends the prompt's text as an inline system message behind a unique
   marker, so no block of it is cached; the two versions alternate.
-* **Warm**: the registered versions by name; the worker prefilled both before it
-  consumed, so every sample hits the prefix cache.
+* **Warm**: the registered versions by name, after one unmeasured request of each (a
+  lazy prompt is cached by its first request), so every sample hits the prefix cache.
 * **Quality**: the A/B gate on the shipped customer-service cases, answered under each
   version through the queue; its paired verdict.
 """
@@ -90,7 +90,7 @@ def run_prompt(
                         "temperature": 0.0,
                     }
                     cold[version.ref].append(queued_sample(rig, inline)[0])
-            for index in range(samples):
+            for index in range(-1, samples):  # -1: one unmeasured request to cache each
                 question = QUESTIONS[(index + samples) % len(QUESTIONS)]
                 for version in (original, compressed):
                     named = {
@@ -99,7 +99,9 @@ def run_prompt(
                         "max_tokens": max_tokens,
                         "temperature": 0.0,
                     }
-                    warm[version.ref].append(queued_sample(rig, named)[0])
+                    ttft = queued_sample(rig, named)[0]
+                    if index >= 0:
+                        warm[version.ref].append(ttft)
             gate = run_prompt_gate(
                 rig.client,
                 a_ref=original.ref,

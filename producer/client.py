@@ -31,7 +31,7 @@ from schemas.db import make_engine, make_sessions
 from schemas.errors import BrokerUnavailable, JobFailed, QueueFull
 from schemas.events import ErrorEvent, TerminalEvent, TokenEvent, is_terminal
 from schemas.jobs import CANCELLED_MESSAGE, JobResult, JobStatus
-from schemas.prompt_registry import PromptCatalog
+from schemas.prompt_registry import PromptCatalog, PromptRegistry
 from schemas.queues import Priority, Tier
 from schemas.settings import Settings
 from schemas.tables import Job
@@ -160,6 +160,11 @@ class Client:
     def reload_prompts(self) -> bool:
         """Re-read the prompts folders (a new version was deployed); True if any changed."""
         return self._prompts.reload()
+
+    @property
+    def prompts(self) -> PromptRegistry:
+        """The registered system prompts as this client last read them."""
+        return self._prompts.registry
 
     @property
     def redis(self) -> redis.Redis:

@@ -1,7 +1,10 @@
 """Registered system prompts, by name and version.
 
 A prompt is a file ``<name>@<version>.txt``. Files directly in a prompts folder serve
-every tier; files in a ``<tier>/`` subfolder serve only that tier. The bundled folder
+every tier; files in a ``<tier>/`` subfolder serve only that tier. Workers prefill every
+prompt they serve before they take work, except those in a ``lazy/`` subfolder (every
+tier, cached by their first request): a long prompt few requests use should not
+lengthen every worker's start. The bundled folder
 (``schemas/prompts``) is always loaded; a deployment adds its own with
 ``LLMQ_PROMPTS_DIR``. A request names ``support`` or ``support@3``; the producer pins
 the exact version on the job, and the worker renders that file's text byte for byte,
@@ -25,6 +28,7 @@ from schemas.queues import Tier
 
 BUNDLED_PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 FILE_PATTERN = re.compile(r"^(?P<name>[a-z0-9][a-z0-9_-]*)@(?P<version>[0-9]+)\.txt$")
+LAZY_FOLDER = "lazy"
 PIN_PATTERN = re.compile(r"^(?P<name>[a-z0-9][a-z0-9_-]*)\.pin$")
 
 
@@ -40,6 +44,8 @@ class SystemPrompt:
     version: int
     text: str
     tiers: frozenset[Tier]
+    prefill: bool = True
+    """Whether a worker prefills it before taking work (False: cached on first use)."""
 
     @property
     def ref(self) -> str:
@@ -100,12 +106,16 @@ class PromptRegistry:
         """Every prompt a worker of ``tier`` serves, sorted by reference."""
         return sorted((p for p in self._by_ref.values() if tier in p.tiers), key=lambda p: p.ref)
 
+    def to_prefill(self, tier: Tier) -> list[SystemPrompt]:
+        """The prompts a worker of ``tier`` prefills before it takes work."""
+        return [prompt for prompt in self.for_tier(tier) if prompt.prefill]
+
     def fingerprint(self) -> str:
         """Changes whenever any prompt is added, removed or edited."""
         digest = hashlib.sha256()
         for ref in sorted(self._by_ref):
             prompt = self._by_ref[ref]
-            digest.update(f"{ref}|{sorted(prompt.tiers)}|".encode())
+            digest.update(f"{ref}|{sorted(prompt.tiers)}|{prompt.prefill}|".encode())
             digest.update(prompt.text.encode())
         digest.update(repr(sorted(self.pins.items())).encode())
         return digest.hexdigest()[:16]
@@ -132,6 +142,7 @@ def _read_folder(folder: Path) -> list[SystemPrompt]:
     prompts = _read_files(folder.glob("*.txt"), frozenset(Tier))
     for tier in Tier:
         prompts += _read_files((folder / tier.value).glob("*.txt"), frozenset({tier}))
+    prompts += _read_files((folder / LAZY_FOLDER).glob("*.txt"), frozenset(Tier), prefill=False)
     return prompts
 
 
@@ -146,7 +157,9 @@ def _read_pins(folder: Path) -> list[tuple[str, int]]:
     return pins
 
 
-def _read_files(paths: Iterable[Path], tiers: frozenset[Tier]) -> list[SystemPrompt]:
+def _read_files(
+    paths: Iterable[Path], tiers: frozenset[Tier], *, prefill: bool = True
+) -> list[SystemPrompt]:
     prompts = []
     for path in sorted(paths):
         match = FILE_PATTERN.match(path.name)
@@ -155,5 +168,9 @@ def _read_files(paths: Iterable[Path], tiers: frozenset[Tier]) -> list[SystemPro
         text = path.read_text(encoding="utf-8")
         if not text.strip():
             raise ConfigError(f"prompt file {path} is empty")
-        prompts.append(SystemPrompt(match["name"], int(match["version"]), text.rstrip("\n"), tiers))
+        prompts.append(
+            SystemPrompt(
+                match["name"], int(match["version"]), text.rstrip("\n"), tiers, prefill=prefill
+            )
+        )
     return prompts

@@ -127,7 +127,7 @@ class KeepWarm(BackgroundLoop):
 
     def prefill_now(self) -> None:
         """Prefill every prompt of the tier and record their prefix lengths."""
-        prefixes = prefill_prompts(self._engine, self._catalog.registry.for_tier(self._tier))
+        prefixes = prefill_prompts(self._engine, self._catalog.registry.to_prefill(self._tier))
         self._stats.set_prefixes(prefixes)
         self._last_prefill = time.monotonic()
 

@@ -49,12 +49,15 @@ class PromptGate:
 def wait_for_prompts(
     client: Client, tier: Tier, refs: Sequence[str], *, timeout_s: float = PREFILL_WAIT_S
 ) -> None:
-    """Return once ``client`` and every warm worker of ``tier`` know and prefilled ``refs``.
+    """Return once ``client`` and every warm worker of ``tier`` know and prefilled ``refs``
+    (those a worker prefills; a lazy prompt is cached by its first request).
 
     A job naming a version a worker has not loaded yet would fail there. Raises
     ``GateUnavailable`` when no worker is warm or the versions never show up.
     """
     client.reload_prompts()  # this producer must know the versions too
+    # A lazy prompt (schemas.prompt_registry) is cached by its first request instead.
+    refs = [ref for ref in refs if client.prompts.resolve(ref, tier=tier).prefill]
     deadline = time.monotonic() + timeout_s
     while True:
         warm = [w for w in live_workers(client.redis) if w.tier is tier and w.warm]

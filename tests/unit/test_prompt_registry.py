@@ -51,6 +51,17 @@ def test_a_tier_folder_limits_a_prompt_to_that_tier(tmp_path: Path) -> None:
     ]
 
 
+def test_a_lazy_prompt_serves_every_tier_but_is_not_prefilled(tmp_path: Path) -> None:
+    write(tmp_path / "lazy", "manual@1.txt", "A long, rarely used manual.")
+    registry = PromptRegistry.load(tmp_path)
+    manual = registry.resolve("manual")
+    for tier in Tier:
+        assert manual in registry.for_tier(tier)
+        assert manual not in registry.to_prefill(tier)
+    # The bundled demo of a bloated prompt is lazy too: no worker start pays for it.
+    assert [p.ref for p in registry.to_prefill(Tier.SMALL)] == ["summarize@1", "support@1"]
+
+
 @pytest.mark.parametrize(
     ("files", "problem"),
     [
