@@ -277,6 +277,12 @@ BENCHES: tuple[Bench, ...] = (
             opt("--requests", default=2000, help="simulated requests"),
             opt("--seed", default=7, help="seed of the workload"),
             opt("--output-tokens", default=200, help="tokens per request"),
+            opt(
+                "--measured-cases",
+                default=60,
+                help="shipped cases run routed and all-large on this host's tiers (0: skip)",
+            ),
+            opt("--measured-max-tokens", default=16, help="tokens per measured answer"),
         ),
         on_engine=False,
     ),

@@ -125,8 +125,11 @@ def run_routing(
     requests: int,
     seed: int,
     output_tokens: int = OUTPUT_TOKENS,
+    measured_cases: int = 0,
+    measured_max_tokens: int = 16,
 ) -> dict[str, Any]:
-    """Simulate on the local measured profile and on the given GPU profile."""
+    """Simulate on the local measured profile and on the given GPU profile; with
+    ``measured_cases``, also run the real tiers of this host (``measured_*`` figures)."""
     profiles = [measure_local_profile(settings), json.loads(profile_path.read_text())]
     results = [
         simulate(
@@ -141,6 +144,13 @@ def run_routing(
         for profile in profiles
     ]
     gpu = results[-1]
+    measured: dict[str, Any] = {}
+    if measured_cases:
+        from bench.real_tiers import measure_real_tiers
+
+        measured = measure_real_tiers(
+            settings, classifier, policy, cases=measured_cases, max_tokens=measured_max_tokens
+        )
     return {
         "bench": "routing",
         "mix": {tier.value: share for tier, share in mix.items()},
@@ -152,4 +162,9 @@ def run_routing(
         "relative_cost": gpu["relative_cost"],
         "profiles": results,
         "local_profile": profiles[0]["tiers"],
+        "sources": {
+            "routed_mean_ms": "simulated (GPU profile)",
+            "measured_routed_mean_ms": "measured on this host" if measured_cases else "skipped",
+        },
+        **measured,
     }
