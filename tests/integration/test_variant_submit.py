@@ -47,3 +47,26 @@ def test_an_unconfigured_variant_is_refused(settings: Settings) -> None:
         client.submit("hello", tier="small@nope")
     with Client(settings) as client, pytest.raises(InvalidRequest):
         client.submit("hello", tier="small@")
+
+
+def test_the_gateway_serves_a_variant_by_name(settings: Settings) -> None:
+    import httpx
+
+    from tests.gateway_server import running_gateway
+
+    with running_gateway(settings, require_keys=False) as url, httpx.Client(base_url=url) as http:
+        models = [m["id"] for m in http.get("/v1/models").json()["data"]]
+        assert models[-1] == "small@bf16" and "auto" in models
+        unknown = http.post(
+            "/v1/chat/completions",
+            json={"model": "small@nope", "messages": [{"role": "user", "content": "hi"}]},
+        )
+        assert unknown.status_code == 404, unknown.text
+        assert "small@bf16" in unknown.json()["error"]["message"]
+        waiting = http.post(
+            "/v1/chat/completions",
+            json={"model": "small@bf16", "messages": [{"role": "user", "content": "hi"}]},
+        )
+    # Nobody serves the variant here, and the gateway says so for that variant.
+    assert waiting.status_code == 503, waiting.text
+    assert "small@bf16" in waiting.json()["error"]["message"]
