@@ -68,6 +68,23 @@ def register_ab(commands: Any) -> None:
     promote.add_argument("--reason", default=None, help="why (required with --force)")
     promote.add_argument("--by", default=None, help="who decides (default: the login name)")
     promote.set_defaults(handler=_promote)
+    live = actions.add_parser(
+        "live",
+        help="shadow a share of a tier's finished requests to a variant; the running verdict",
+    )
+    live.add_argument("variant", type=_tier, help="e.g. small@bf16")
+    live.add_argument(
+        "--share", type=float, default=0.05, help="fraction of the tier's jobs shadowed (0.05)"
+    )
+    live.add_argument(
+        "--follow",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="keep shadowing and reporting every SECONDS (Ctrl-C stops)",
+    )
+    live.add_argument("--json", action="store_true")
+    live.set_defaults(handler=_live)
     show = actions.add_parser("show", help="what each tier serves, and the last gate runs")
     show.add_argument("--json", action="store_true")
     show.set_defaults(handler=_show)
@@ -126,6 +143,44 @@ def _promote(args: argparse.Namespace) -> int:
         how = "forced" if done.forced else f"gate run {done.ab_run_id} passed"
         print(f"{done.tier} now serves {done.variant} ({how}); restart {done.tier}'s workers")
     return 0
+
+
+def _live(args: argparse.Namespace) -> int:
+    import time
+
+    from producer.client import Client
+    from producer.quality.shadow import live_report, shadow_pass
+
+    settings, sessions = _sessions()
+    with Client(settings) as client:
+        while True:
+            sent = shadow_pass(client, sessions, args.variant, share=args.share)
+            report = live_report(sessions, args.variant)
+            gate = report.gate
+            figures = {
+                "variant": str(args.variant),
+                "share": args.share,
+                "sent": sent,
+                "pairs": report.pairs,
+                "pending": report.pending,
+                "mean_similarity": report.mean_similarity,
+                "agreement": report.agreement,
+                "agreement_ci": [round(gate.b.low, 4), round(gate.b.high, 4)],
+                "verdict": gate.verdict,
+                "cases_needed": gate.cases_needed,
+            }
+            if args.json:
+                print(json.dumps(figures), flush=True)
+            else:
+                agreement = "-" if report.agreement is None else f"{100 * report.agreement:.1f}%"
+                print(
+                    f"{args.variant}: {sent} sent, {report.pairs} pairs scored, "
+                    f"{report.pending} waiting; agreement {agreement}; {gate.verdict}",
+                    flush=True,
+                )
+            if args.follow is None:
+                return 0
+            time.sleep(args.follow)
 
 
 def _show(args: argparse.Namespace) -> int:
