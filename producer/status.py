@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -11,7 +12,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from schemas.boundary import broker_boundary
-from schemas.queues import WORKER_KEY_PREFIX, Priority, Tier, queue_name, worker_id_of
+from schemas.queues import (
+    WORKER_KEY_PREFIX,
+    Priority,
+    Tier,
+    parse_queue_name,
+    queue_name,
+    worker_id_of,
+)
 from schemas.registry import WorkerEntry
 from schemas.tables import Job, as_utc
 
@@ -25,8 +33,14 @@ class QueueDepth:
 
 def queue_depths(client: redis.Redis) -> list[QueueDepth]:
     """Messages waiting in every ``llm.<tier>.<priority>`` queue."""
+    # Variants' queues (llm.small@bf16.*) exist only once used: found by name.
+    variants = set()
+    for key in client.scan_iter(match="llm.*@*.*", count=1000):
+        with contextlib.suppress(ValueError):
+            variants.add(parse_queue_name(key.decode() if isinstance(key, bytes) else key)[0])
     pipe = client.pipeline(transaction=False)
-    pairs = [(tier, priority) for tier in Tier for priority in Priority]
+    tiers = [*Tier, *sorted(variants)]
+    pairs = [(tier, priority) for tier in tiers for priority in Priority]
     for tier, priority in pairs:
         pipe.llen(queue_name(tier, priority))
     depths = pipe.execute()

@@ -22,11 +22,13 @@ from producer.quality.report import build_report
 from producer.quality.runner import run_cases
 from schemas.queues import Tier
 from schemas.settings import Settings
-from tests.conftest import INTEGRATION_REDIS_DB, REDIS_BASE, postgres_database, truncate_jobs
+from tests.conftest import REDIS_BASE, postgres_database, truncate_jobs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 SAME = Tier("small@same")
+# A Redis database of its own: not the session worker's (13) nor an integration slot's.
+AB_REDIS_DB = 3
 THRESHOLD = 25.0
 
 
@@ -52,7 +54,7 @@ def opening_hours_cases() -> list[Case]:
 
 @pytest.fixture
 def settings() -> Settings:
-    redis_url = f"{REDIS_BASE}/{INTEGRATION_REDIS_DB}"
+    redis_url = f"{REDIS_BASE}/{AB_REDIS_DB}"
     redis.Redis.from_url(redis_url).flushdb()
     database_url = postgres_database("llmq_e2e_ab")
     truncate_jobs(database_url)

@@ -33,6 +33,8 @@ def test_a_variant_has_its_own_queue(settings: Settings) -> None:
         assert client.job(handle.job_id).tier == "small@bf16"
         auto = client.submit("Where is my order?")  # auto never picks a variant
         assert "@" not in str(client.job(auto.job_id).tier)
+        depths = {(str(d.tier), str(d.priority)): d.depth for d in client.queue_depths()}
+        assert depths[("small@bf16", "interactive")] == 1  # llmq status shows variants
     assert broker.llen("llm.small@bf16.interactive") == 1
     (raw,) = broker.lrange("llm.small@bf16.interactive", 0, -1)
     assert json.loads(raw)["properties"]["delivery_info"]["routing_key"] == (
