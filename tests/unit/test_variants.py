@@ -128,3 +128,28 @@ def test_an_unsupported_dtype_fails() -> None:
 def test_what_the_cpu_runs_passes() -> None:
     for config in (TierConfig(), TierConfig(dtype="bfloat16"), TierConfig(quantization="awq")):
         check_engine_config(Tier("small@x"), config, cpu_device())
+
+
+def test_a_worker_of_an_unsupported_variant_stops_at_once_with_the_message() -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {
+        **os.environ,
+        "LLMQ_TIERS": json.dumps({"small@fp8": {"quantization": "fp8"}}),
+        "LLMQ_BROKER_URL": "redis://127.0.0.1:1/0",  # never reached: the check comes first
+        "CUDA_VISIBLE_DEVICES": "",  # this device is a CPU, whatever the host has
+    }
+    env.pop("LLMQ_TIERS_FILE", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "producer.cli", "worker", "--tier", "small@fp8"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().startswith("llmq: error: variant small@fp8: quantization 'fp8'")
+    assert "Traceback" not in done.stderr and "awq" in done.stderr
