@@ -301,6 +301,12 @@ BENCHES: tuple[Bench, ...] = (
                 help="interactive requests per second",
             ),
             opt("--batch-rate", default=2.0, type=float, help="batch requests per second"),
+            opt("--vllm-tier", type=Tier, help="tier whose engine vLLM's server runs (large)"),
+            opt(
+                "--llmq-tier",
+                type=Tier,
+                help="tier llmq's one worker serves, where auto lands (the default tier)",
+            ),
         ),
         on_engine=False,
     ),

@@ -526,8 +526,8 @@ class LlmqSide(Side):
 
     name = "llmq"
 
-    def __init__(self, settings: Settings, scratch: Path) -> None:
-        self.tier = settings.default_tier
+    def __init__(self, settings: Settings, scratch: Path, tier: Tier) -> None:
+        self.tier = tier
         self.tiers_served = [self.tier.value]
         self.scratch = scratch
         self.redis = RedisServer(scratch)
@@ -543,6 +543,7 @@ class LlmqSide(Side):
         router_dir.mkdir()
         self.env = {
             "LLMQ_ROUTER_DIR": str(router_dir),
+            "LLMQ_DEFAULT_TIER": tier.value,
             # One API key sends the whole flood: its per-key caps would refuse it.
             "LLMQ_KEY_MAX_OPEN_STREAMS": "100000",
             "LLMQ_KEY_MAX_ACTIVE_JOBS": "100000",
@@ -768,8 +769,15 @@ def run_mixed(
     with_restart: bool,
     interactive_rate: float,
     batch_rate: float,
+    vllm_tier: Tier | None = None,
+    llmq_tier: Tier | None = None,
 ) -> dict[str, Any]:
-    """Replay one seeded trace against vLLM's server, then against llmq; the figures."""
+    """Replay one seeded trace against vLLM's server, then against llmq; the figures.
+
+    vLLM's server runs ``vllm_tier``'s engine (default: the largest tier, ``large``);
+    llmq's one worker serves ``llmq_tier`` (default: the default tier), where ``auto``
+    lands. Give both the same tier to compare the same model.
+    """
     plan = TracePlan(
         minutes=minutes, seed=seed, interactive_rate=interactive_rate, batch_rate=batch_rate
     )
@@ -781,19 +789,14 @@ def run_mixed(
         for name in ("vllm", "llmq"):
             (scratch / name).mkdir()
             side: Side = (
-                VllmSide(settings, _largest_tier(settings), scratch / name)
+                VllmSide(settings, vllm_tier or Tier.LARGE, scratch / name)
                 if name == "vllm"
-                else LlmqSide(settings, scratch / name)
+                else LlmqSide(settings, scratch / name, llmq_tier or settings.default_tier)
             )
             with _running(side):
                 runs[name] = replay_side(side, events, plan, with_restart=with_restart)
             sides[name] = side
     return report(settings, plan, events, runs, sides, with_restart=with_restart)
-
-
-def _largest_tier(settings: Settings) -> Tier:
-    # Tiers are configured smallest first; the largest one names the biggest model.
-    return list(Tier)[-1]
 
 
 def report(
@@ -851,8 +854,8 @@ def report(
         {settings.tier(Tier(t)).model for t in sides["llmq"].tiers_served}
     )
     result["llmq_auto_routing"] = (
-        "auto -> default tier: the bench stack runs one worker (one engine at a time on "
-        "this host), so its gateway has no trained router"
+        "auto -> the served tier: the bench stack runs one worker (one engine at a time "
+        "on this host), and its gateway no trained router, with that tier as the default"
     )
     result["models"] = sorted({settings.tier(t).model for t in Tier})
     result["host"] = host_description()

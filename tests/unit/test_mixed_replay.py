@@ -141,6 +141,7 @@ def test_llmq_bench_mixed_passes_its_options(
 ) -> None:
     import bench.mixed
     from producer.cli import main
+    from schemas.queues import Tier
 
     seen: dict[str, Any] = {}
 
@@ -156,7 +157,10 @@ def test_llmq_bench_mixed_passes_its_options(
         "with_restart": True,
         "interactive_rate": 0.25,
         "batch_rate": 2.0,
+        "vllm_tier": None,
+        "llmq_tier": None,
     }
     assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {"bench": "mixed"}
-    assert main(["bench", "mixed", "--json"]) == 0
+    assert main(["bench", "mixed", "--json", "--vllm-tier", "large", "--llmq-tier", "large"]) == 0
     assert seen["with_restart"] is False and seen["minutes"] == 2.0
+    assert seen["vllm_tier"] is Tier.LARGE and seen["llmq_tier"] is Tier.LARGE
