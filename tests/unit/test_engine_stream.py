@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import queue
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from schemas.settings import TierConfig
 from workers.engine.base import Delta
-from workers.engine.vllm import _coalesce, engine_arguments
+from workers.engine.vllm import _coalesce, cpu_dtype, engine_arguments
 
 
 def delta(text: str, tokens: int, *, finished: bool = False, cached: int | None = None) -> Delta:
@@ -41,3 +44,19 @@ def test_the_engine_schedules_by_the_tiers_policy() -> None:
     assert engine_arguments("/m", TierConfig())["scheduling_policy"] == "priority"
     fcfs = TierConfig(scheduling_policy="fcfs")
     assert engine_arguments("/m", fcfs)["scheduling_policy"] == "fcfs"
+
+
+@pytest.mark.parametrize(
+    ("flags", "dtype"),
+    [
+        ("fpu sse avx2 avx512f amx_bf16 amx_tile amx_int8", "bfloat16"),
+        ("fpu sse avx2 avx512f avx512_bf16", "float32"),
+    ],
+)
+def test_a_cpu_engine_runs_bfloat16_only_where_amx_multiplies_it(
+    tmp_path: Path, flags: str, dtype: str
+) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+    assert cpu_dtype(cpuinfo) == dtype
+    assert cpu_dtype(tmp_path / "missing") == "float32"

