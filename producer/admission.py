@@ -34,10 +34,12 @@ class WorkerDirectory:
     slots?) read it on every submit; one cached snapshot serves both.
     """
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, *, restart_grace_s: float = 120.0) -> None:
         self._redis = client
         self._workers: list[WorkerEntry] = []
         self._read_at = float("-inf")
+        self._restart_grace_s = restart_grace_s
+        self._warm_seen: dict[Tier, float] = {}
 
     def snapshot(self) -> list[WorkerEntry]:
         """Every live worker entry; raises ``BrokerUnavailable`` if Redis cannot be read."""
@@ -48,6 +50,21 @@ class WorkerDirectory:
         return self._workers
 
     def require_warm(self, tier: Tier) -> None:
-        """Raise ``NoWarmWorker`` unless a warm worker serves ``tier``."""
-        if not any(w.tier == tier and w.warm for w in self.snapshot()):
-            raise NoWarmWorker(f"no warm worker serves the {tier} tier right now")
+        """Raise ``NoWarmWorker`` unless ``tier`` is served: by a warm worker, or soon.
+
+        A worker that is starting (registered, warming up) serves soon, and so does a
+        tier that had a warm worker less than ``restart_grace_s`` ago (its worker is
+        restarting after a crash or a deploy): work waits in the queue for them instead
+        of being refused. Only a tier with no worker for longer is refused.
+        """
+        now = time.monotonic()
+        serving = [w for w in self.snapshot() if w.tier == tier]
+        if any(w.warm for w in serving):
+            self._warm_seen[tier] = now
+            return
+        if serving:
+            return
+        seen = self._warm_seen.get(tier)
+        if seen is not None and now - seen < self._restart_grace_s:
+            return
+        raise NoWarmWorker(f"no worker serves the {tier} tier right now")

@@ -59,7 +59,9 @@ class Client:
         self._sessions: sessionmaker[Session] = make_sessions(self._db)
         self._enqueuer = Enqueuer(settings, self._redis)
         self._prompts = PromptCatalog(settings.prompts_dir)
-        self._workers = WorkerDirectory(self._redis)
+        self._workers = WorkerDirectory(
+            self._redis, restart_grace_s=settings.worker_restart_grace_s
+        )
         self.router = Router(settings, self._redis, workers=self._workers)
         if warm:
             self.warm()
@@ -91,9 +93,11 @@ class Client:
         ``idempotency_key``: the same owner, key and request return the same job; the
         same owner and key with a different request raise ``IdempotencyConflict``; another
         owner's key is not seen at all (no owner is one namespace of its own). With
-        ``require_warm_worker`` the job is refused (``NoWarmWorker``) when no warm worker
-        serves its tier. With ``deadline_s``, a job not finished that long after submit is
-        stopped (status failed, the reason on its row and stream). With
+        ``require_warm_worker`` the job is refused (``NoWarmWorker``) when no worker
+        serves its tier: none is warm, none is starting, and none was warm in the last
+        ``worker_restart_grace_s`` (a restarting tier's work is queued). With
+        ``deadline_s``, a job not finished that long after submit is stopped (status
+        failed, the reason on its row and stream). With
         ``conversation_id`` the finished job's new turns (its user messages and the
         answer) are kept in that conversation of ``owner``, for the nightly summaries.
         Raises

@@ -104,6 +104,12 @@ class Settings(BaseSettings):
         default=3, ge=1, description="a job whose worker died this many times is dead-lettered"
     )
     prompts_dir: Path | None = None
+    worker_restart_grace_s: float = Field(
+        default=120.0,
+        ge=0,
+        description="a tier that had a warm worker this recently is restarting: interactive "
+        "work is queued for it rather than refused",
+    )
     prefill_interval_s: float = Field(default=300.0, gt=0)
     router_dir: Path | None = Field(default=None, description="None: <model_cache_dir>/router")
     router_large_threshold: float = Field(default=0.35, gt=0, le=1)
