@@ -214,7 +214,7 @@ BENCHES: tuple[Bench, ...] = (
             opt("--requests", default=200, help="requests, as one batch and one at a time"),
             opt("--max-tokens", default=8, help="tokens per request"),
             opt(*SAMPLES, default=20, help="interactive TTFT samples, idle and during"),
-            opt("--concurrency", default=8, help="the worker's slots"),
+            opt("--concurrency", default=16, help="the worker's slots (a tier's default)"),
         ),
     ),
     Bench(
