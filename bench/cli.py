@@ -317,7 +317,10 @@ BENCHES: tuple[Bench, ...] = (
         (
             opt("--prompt", default="support-verbose", type=str, help="registered prompt"),
             opt(*SAMPLES, default=3, help="cold and warm TTFT samples per version"),
-            opt("--cases", default=40, help="customer-service cases the gate answers"),
+            opt(
+                "--cases",
+                help="customer-service cases the gate answers (default: every shipped one)",
+            ),
             opt("--max-tokens", default=8, help="tokens per TTFT answer"),
             opt("--keep-examples", default=3, help="few-shot examples compress keeps"),
             opt("--gate-threshold", default=3.0, type=float, help="points B may lose"),

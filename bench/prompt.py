@@ -8,8 +8,8 @@ compress``'s pass and is registered in a scratch prompts folder as the next vers
   marker, so no block of it is cached; the two versions alternate.
 * **Warm**: the registered versions by name, after one unmeasured request of each (a
   lazy prompt is cached by its first request), so every sample hits the prefix cache.
-* **Quality**: the A/B gate on the shipped customer-service cases, answered under each
-  version through the queue; its paired verdict.
+* **Quality**: the A/B gate on the shipped customer-service cases (every one by
+  default), answered under each version through the queue; its paired verdict.
 """
 
 from __future__ import annotations
@@ -41,12 +41,16 @@ def run_prompt(
     tier: Tier,
     prompt: str,
     samples: int,
-    cases: int,
+    cases: int | None,
     max_tokens: int,
     keep_examples: int,
     gate_threshold: float,
 ) -> dict[str, Any]:
-    """Tokens, cold and warm TTFT and gated quality of a prompt and its compressed version."""
+    """Tokens, cold and warm TTFT and gated quality of a prompt and its compressed version.
+
+    The gate answers the first ``cases`` shipped customer-service cases, every one when
+    ``cases`` is None. Raises ``ConfigError`` when there are none.
+    """
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="llmq-bench-prompts-") as scratch:

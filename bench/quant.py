@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from producer.quality.cases import load_cases
+from producer.quality.cases import load_bench_pool
 from producer.quality.gate import GateOptions, cases_source, run_gate
 from schemas.queues import Tier
 from schemas.settings import Settings
@@ -56,7 +56,7 @@ def run_quant(
         b: base.model_copy(update=changed),
     }
     measured = settings.model_copy(update={"tiers": tiers})
-    shipped = load_cases()
+    shipped = load_bench_pool()
     # Every n-th case, so each kind of case (and rule) is in the subset.
     cases = shipped[:: max(1, len(shipped) // n)][:n]
     report = run_gate(

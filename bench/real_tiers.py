@@ -15,7 +15,7 @@ from typing import Any
 
 from producer.client import Client
 from producer.quality.blocks import worker_block
-from producer.quality.cases import load_cases
+from producer.quality.cases import load_bench_pool
 from producer.quality.runner import CaseAnswer, run_cases
 from producer.quality.scoring import score
 from producer.router.classifier import DifficultyClassifier
@@ -34,7 +34,7 @@ def measure_real_tiers(
     concurrency: int = 4,
 ) -> dict[str, Any]:
     """``measured_*`` figures of routed vs all-large on ``cases`` shipped cases."""
-    shipped = load_cases()
+    shipped = load_bench_pool()
     chosen = shipped[:: max(1, len(shipped) // cases)][:cases]
     routed = {
         case.id: apply_policy(classifier.predict(case.chat()[-1]["content"]), policy).tier

@@ -31,7 +31,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Literal
 
-from producer.quality.cases import Case, load_cases
+from producer.quality.cases import Case, load_bench_pool
 from producer.router.dataset import load_examples
 from schemas.queues import Tier
 
@@ -146,13 +146,13 @@ def poisson_times(rng: random.Random, rate: float, start: float, end: float) -> 
 def build_trace(plan: TracePlan, *, cases: list[Case] | None = None) -> list[Event]:
     """The trace of ``plan``: the same plan (seed included) always gives the same events.
 
-    ``cases`` defaults to the bundled quality cases.
+    ``cases`` defaults to the bundled cases the benchmarks sample (``load_bench_pool``).
     """
     rng = random.Random(plan.seed)
     by_tier: dict[Tier, list[str]] = {tier: [] for tier in Tier}
     for example in load_examples():
         by_tier[example.tier].append(example.text)
-    case_pool = list(cases if cases is not None else load_cases())
+    case_pool = list(cases if cases is not None else load_bench_pool())
     events = _interactive(rng, plan, by_tier, case_pool)
     # Its own stream of numbers: the flood stays the same when interactive settings change.
     flood_rng = random.Random(plan.seed * 1_000_003 + 1)

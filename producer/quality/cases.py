@@ -37,6 +37,14 @@ from schemas.errors import ConfigError
 BUNDLED_CASES = Path(__file__).resolve().parent / "data" / "cases.jsonl"
 """The case file shipped with llmq (customer service, arithmetic, extraction...)."""
 
+BENCH_POOL = 344
+"""How many of the bundled file's first cases the benchmarks that sample it draw from.
+
+``llmq bench quant``, ``bench routing``'s measured cases and ``bench mixed``'s trace
+pick every n-th case or draw at random by the pool's length, so rows appended to the
+file later (the ``policy`` group) would change which cases they measure: they keep to
+the rows their figures were measured on."""
+
 DEFAULT_SIMILARITY_THRESHOLD = 0.6
 
 
@@ -130,3 +138,8 @@ def load_cases(path: Path | None = None) -> list[Case]:
     except OSError as exc:
         raise ConfigError(f"cannot read the case file {path}: {exc.strerror}") from exc
     return parse_cases(text.splitlines(), source=str(path))
+
+
+def load_bench_pool() -> list[Case]:
+    """The bundled file's first ``BENCH_POOL`` cases. Raises ``ConfigError``."""
+    return load_cases()[:BENCH_POOL]

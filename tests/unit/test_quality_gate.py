@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -19,6 +21,8 @@ from producer.quality import (
     parse_cases,
     score,
 )
+from producer.quality.cases import BENCH_POOL, load_bench_pool
+from producer.quality.generate_cases import generate
 from producer.quality.scoring import chosen_option, first_json_object
 from producer.quality.stats import mcnemar_exact, newcombe_paired, tango_paired, wilson
 from schemas.errors import ConfigError
@@ -161,6 +165,43 @@ def test_bundled_cases() -> None:
     assert len(cases) >= 300
     assert {c.rule for c in cases} == set(Rule)
     assert all(c.chat()[-1]["content"] for c in cases)
+
+
+# The first 344 rows as earlier gates measured them (sha256 of those lines).
+MEASURED_ROWS_SHA256 = "be7ec115b9dd78ce82d579fae878fd5102b82090e0c2e38d8d65e125d92510bb"
+
+
+def test_the_bundled_file_is_what_the_generator_writes() -> None:
+    lines = [json.dumps(row, ensure_ascii=False) for row in generate()]
+    assert BUNDLED_CASES.read_text(encoding="utf-8") == "\n".join(lines) + "\n"
+
+
+def test_rows_already_measured_never_change() -> None:
+    lines = BUNDLED_CASES.read_text(encoding="utf-8").splitlines(keepends=True)
+    measured = "".join(lines[:BENCH_POOL]).encode()
+    assert hashlib.sha256(measured).hexdigest() == MEASURED_ROWS_SHA256
+    assert [c.id for c in load_bench_pool()] == [c.id for c in load_cases()[:BENCH_POOL]]
+
+
+def test_enough_distinct_customer_service_cases_for_the_prompt_gate() -> None:
+    cases = load_cases()
+    support = [c for c in cases if "customer-service" in c.tags]
+    assert len(support) >= 450
+    policy = [c for c in cases if c.id.startswith("policy-")]
+    prompts = [c.prompt for c in policy]
+    assert len(set(prompts)) == len(prompts)
+    assert not set(prompts) & {c.prompt for c in cases if not c.id.startswith("policy-")}
+    for item in policy:
+        assert item.max_tokens == 24
+        assert item.prompt is not None
+        context = item.prompt.split("Answer the customer")[0]
+        # The answer is stated exactly once, and the stated fact scores as right.
+        if item.rule is Rule.REGEX:
+            assert len(re.findall(item.expected, context, re.IGNORECASE)) == 1
+        else:
+            assert context.lower().count(item.expected.lower()) == 1
+        fact = context.removeprefix("Store information: ").split("\n")[0]
+        assert score(item, fact)
 
 
 # Statistics.
