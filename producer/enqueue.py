@@ -8,6 +8,8 @@ every submit, on the way to the first token.
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis
 from celery import Celery
 
@@ -46,12 +48,22 @@ class Enqueuer:
         self._app.conf.task_queues = kombu_queues()
 
     def enqueue(
-        self, job_id: str, *, tier: Tier, priority: Priority, max_depth: int | None = None
+        self,
+        job_id: str,
+        *,
+        tier: Tier,
+        priority: Priority,
+        max_depth: int | None = None,
+        request: dict[str, Any] | None = None,
     ) -> None:
         """Publish one job; raises ``QueueFull`` when its queue already holds ``max_depth``
-        messages (nothing is pushed), ``BrokerUnavailable`` if Redis cannot take it."""
+        messages (nothing is pushed), ``BrokerUnavailable`` if Redis cannot take it.
+
+        ``request``, the job's stored request, lets a worker start an interactive job
+        while it claims the row (see ``schemas.messages``).
+        """
         queue = queue_name(tier, priority)
-        message = celery_job_message(job_id, tier, priority)
+        message = celery_job_message(job_id, tier, priority, request=request)
         with broker_boundary(f"enqueue on {queue}", then="nothing was enqueued"):
             limit = -1 if max_depth is None else max_depth
             depth = int(self._push_if_room(keys=[queue], args=[message, limit]))

@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import uuid
+from typing import Any
 
 from schemas.queues import GENERATE_TASK, Priority, Tier, queue_name
 
@@ -20,11 +21,28 @@ _ORIGIN = f"gen{os.getpid()}@{socket.gethostname()}"
 _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
 
 
-def celery_job_message(job_id: str, tier: Tier, priority: Priority) -> str:
+# A request copied into its message lets the worker start the engine before the claim;
+# past this size the copy costs more (in Redis, on every scan of the queues) than the
+# claim's round trip it hides.
+MAX_REQUEST_COPY_BYTES = 8192
+
+
+def celery_job_message(
+    job_id: str, tier: Tier, priority: Priority, *, request: dict[str, Any] | None = None
+) -> str:
     """The message ``send_task(GENERATE_TASK, args=[job_id], task_id=job_id)`` would send
-    to the job's queue, serialized as kombu's Redis transport stores it."""
+    to the job's queue, serialized as kombu's Redis transport stores it.
+
+    With ``request`` (the job's stored request) and room for it, the message also
+    carries ``kwargs`` ``{"request": ..., "priority": ...}``: the worker may start
+    generating from them while it claims the row, which stays the truth.
+    """
     queue = queue_name(tier, priority)
-    body = json.dumps([[job_id], {}, _EMBED]).encode()
+    kwargs = job_hint(request, priority)
+    body = json.dumps([[job_id], kwargs, _EMBED]).encode()
+    if len(body) > MAX_REQUEST_COPY_BYTES:
+        kwargs = {}
+        body = json.dumps([[job_id], kwargs, _EMBED]).encode()
     message = {
         "body": base64.b64encode(body).decode(),
         "content-encoding": "utf-8",
@@ -43,7 +61,7 @@ def celery_job_message(job_id: str, tier: Tier, priority: Priority) -> str:
             "root_id": job_id,
             "parent_id": None,
             "argsrepr": repr([job_id]),
-            "kwargsrepr": "{}",
+            "kwargsrepr": "{...}" if kwargs else "{}",
             "origin": _ORIGIN,
             "ignore_result": None,
             "replaced_task_nesting": 0,
@@ -61,3 +79,11 @@ def celery_job_message(job_id: str, tier: Tier, priority: Priority) -> str:
         },
     }
     return json.dumps(message)
+
+
+def job_hint(request: dict[str, Any] | None, priority: Priority) -> dict[str, Any]:
+    """The message's copy of a job, or nothing: interactive jobs only, where the first
+    token waits on it."""
+    if request is None or priority != Priority.INTERACTIVE:
+        return {}
+    return {"request": request, "priority": priority.value}

@@ -58,6 +58,18 @@ class TierConfig(BaseModel):
     batch_min_slots: int = Field(
         default=1, ge=0, description="slots interactive work leaves to waiting batch work"
     )
+    batch_slots_under_interactive: int | None = Field(
+        default=None,
+        ge=0,
+        description="slots batch work may hold while interactive work runs (or ran in the "
+        "last interactive_hold_s): fewer sequences make each engine step, and so each "
+        "interactive token, faster; None: half of batch's share",
+    )
+    interactive_hold_s: float = Field(
+        default=5.0,
+        ge=0.0,
+        description="how long after the last interactive job batch keeps its smaller share",
+    )
     max_job_seconds: int = Field(default=600, ge=1)
     interactive_wait_slo_ms: float = Field(
         default=2000.0, gt=0, description="auto routing steps away when the wait exceeds it"

@@ -11,6 +11,7 @@ from schemas.errors import DatabaseUnavailable
 from schemas.jobs import could_be_job_id
 from schemas.queues import GENERATE_TASK, celery_config, kombu_queues
 from schemas.settings import Settings
+from workers.early_start import JobHint
 from workers.job_runner import run_job
 from workers.transport import transport_path
 from workers.worker_runtime import WorkerRuntime
@@ -49,7 +50,14 @@ def make_app(settings: Settings, *, worker_id: str | None = None) -> LlmqCelery:
     return app
 
 
-def generate_task(task: Task, job_id: Any = None, *_extra: Any, **_extra_kw: Any) -> None:
+def generate_task(
+    task: Task,
+    job_id: Any = None,
+    *_extra: Any,
+    request: Any = None,
+    priority: Any = None,
+    **_extra_kw: Any,
+) -> None:
     """Decode the message and run the job. Malformed messages are logged and dropped."""
     if not could_be_job_id(job_id):
         log.error("dropping malformed %s message: job id %r", GENERATE_TASK, job_id)
@@ -58,8 +66,15 @@ def generate_task(task: Task, job_id: Any = None, *_extra: Any, **_extra_kw: Any
     if runtime is None:
         raise RuntimeError("the worker took a job before its engine was started")
     try:
-        run_job(runtime, job_id)
+        run_job(runtime, job_id, _hint(request, priority))
     except DatabaseUnavailable as exc:
         # The job could not be claimed; try again shortly rather than drop its message.
         log.warning("job %s waits for the database: %s", job_id, exc)
         raise task.retry(exc=exc, countdown=DB_RETRY_COUNTDOWN_S, max_retries=None) from exc
+
+
+def _hint(request: Any, priority: Any) -> JobHint | None:
+    """The message's copy of its job, when it carries a well-formed one."""
+    if isinstance(request, dict) and isinstance(priority, str):
+        return JobHint(request=request, priority=priority)
+    return None

@@ -39,21 +39,44 @@ class SlotShares:
     slots: int
     reserved_interactive: int
     batch_min: int
+    batch_under_interactive: int | None = None
+    """Batch's share while interactive work is about (None: the whole ``batch_max``)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.reserved_interactive < self.slots:
             raise ValueError("reserved interactive slots must be fewer than the worker's slots")
         if not 0 <= self.batch_min <= self.slots - self.reserved_interactive:
             raise ValueError("the batch minimum cannot exceed the slots batch may use")
+        if self.batch_under_interactive is not None and not (
+            self.batch_min <= self.batch_under_interactive <= self.batch_max
+        ):
+            raise ValueError(
+                "batch's share under interactive work must lie between its minimum and maximum"
+            )
 
     @property
     def batch_max(self) -> int:
         return self.slots - self.reserved_interactive
 
-    def paused(self, running: dict[Priority, int], batch_waiting: bool) -> set[Priority]:
-        """Which priorities' queues to stop reading, given what runs and what waits."""
+    def batch_cap(self, interactive_about: bool) -> int:
+        """How many batch jobs may run: fewer while interactive work is about."""
+        if interactive_about and self.batch_under_interactive is not None:
+            return self.batch_under_interactive
+        return self.batch_max
+
+    def paused(
+        self,
+        running: dict[Priority, int],
+        batch_waiting: bool,
+        *,
+        interactive_about: bool = False,
+    ) -> set[Priority]:
+        """Which priorities' queues to stop reading, given what runs and what waits.
+
+        ``interactive_about``: interactive work runs or ran a moment ago.
+        """
         paused = set()
-        if running[Priority.BATCH] >= self.batch_max:
+        if running[Priority.BATCH] >= self.batch_cap(interactive_about):
             paused.add(Priority.BATCH)
         batch_short = running[Priority.BATCH] < self.batch_min
         if batch_waiting and batch_short and self.crowded(running):
@@ -68,16 +91,23 @@ class SlotShares:
 def slot_shares(config: TierConfig, slots: int) -> SlotShares:
     """The tier's shares for a worker of ``slots`` slots (``--concurrency`` may differ).
 
-    By default a quarter of the slots (at least one) is kept for interactive work.
+    By default a quarter of the slots (at least one) is kept for interactive work, and
+    while interactive work is about, batch holds at most half of its share.
     """
     reserved = config.reserved_interactive_slots
     if reserved is None:
         reserved = max(1, slots // 4)
     reserved = min(reserved, slots - 1)
+    batch_max = slots - reserved
+    batch_min = min(config.batch_min_slots, batch_max)
+    under = config.batch_slots_under_interactive
+    if under is None:
+        under = batch_max // 2
     return SlotShares(
         slots=slots,
         reserved_interactive=reserved,
-        batch_min=min(config.batch_min_slots, slots - reserved),
+        batch_min=batch_min,
+        batch_under_interactive=min(max(under, batch_min), batch_max),
     )
 
 
@@ -124,11 +154,20 @@ class SlotGate:
     """Counts running jobs by priority and pauses or resumes their queues to match."""
 
     def __init__(
-        self, tier: Tier, shares: SlotShares, *, batch_waiting: Callable[[], bool]
+        self,
+        tier: Tier,
+        shares: SlotShares,
+        *,
+        batch_waiting: Callable[[], bool],
+        interactive_hold_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.tier = tier
         self.shares = shares
         self._batch_waiting = batch_waiting
+        self._hold_s = interactive_hold_s
+        self._clock = clock
+        self._interactive_seen = -float("inf")
         self._lock = threading.Lock()
         self._running = {priority: 0 for priority in Priority}
         self._jobs: dict[str, list[Priority]] = {}
@@ -159,6 +198,8 @@ class SlotGate:
             self._jobs.setdefault(task_id, []).append(priority)
             self._received_at[task_id] = time.monotonic()
             self._running[priority] += 1
+            if priority is Priority.INTERACTIVE:
+                self._interactive_seen = self._clock()
         self.rebalance()
 
     def finished(self, task_id: str) -> None:
@@ -172,6 +213,8 @@ class SlotGate:
                 del self._jobs[task_id]
                 self._received_at.pop(task_id, None)
             self._running[priority] -= 1
+            if priority is Priority.INTERACTIVE:
+                self._interactive_seen = self._clock()
         if self._switch is not None:
             self._switch.soon(self.rebalance)
 
@@ -198,7 +241,11 @@ class SlotGate:
         if switch is None:
             return
         running = self.running()
-        wanted = self.shares.paused(running, self._waiting_batch(running))
+        wanted = self.shares.paused(
+            running,
+            self._waiting_batch(running),
+            interactive_about=self.interactive_about(running),
+        )
         for priority in wanted - self._paused:
             switch.pause(queue_name(self.tier, priority))
         for priority in self._paused - wanted:
@@ -206,6 +253,19 @@ class SlotGate:
         if wanted != self._paused:
             log.debug("queues paused: %s (running %s)", sorted(wanted), running)
         self._paused = wanted
+
+    def interactive_about(self, running: dict[Priority, int]) -> bool:
+        """Interactive work runs, or ended less than ``interactive_hold_s`` ago.
+
+        The hold keeps batch's share small between the requests of an interactive
+        stream: batch jobs already running finish at their own pace, so a share that
+        sprang back at each gap would never shrink.
+        """
+        if running[Priority.INTERACTIVE] > 0:
+            return True
+        with self._lock:
+            seen = self._interactive_seen
+        return self._clock() - seen < self._hold_s
 
     def _waiting_batch(self, running: dict[Priority, int]) -> bool:
         # Only asked when interactive work is about to crowd batch out.
@@ -234,8 +294,10 @@ def install_gate(app: Any, gate: SlotGate) -> None:
             gate.rebalance()
 
             def prune_then_rebalance() -> None:
-                if gate.prune(lambda task_id: task_id in worker_state.requests):
-                    gate.rebalance()
+                # Also when nothing was pruned: batch's share grows back once the
+                # interactive hold has passed.
+                gate.prune(lambda task_id: task_id in worker_state.requests)
+                gate.rebalance()
 
             consumer.timer.call_repeatedly(
                 PRUNE_INTERVAL_S, lambda: switch.soon(prune_then_rebalance)

@@ -127,8 +127,10 @@ def _body_problem(body: Any) -> str | None:
     if not (isinstance(body, list) and len(body) == 3):
         return "its body is not [args, kwargs, embed]"
     args, kwargs, embed = body
-    if not isinstance(args, list) or not isinstance(kwargs, dict) or kwargs:
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
         return f"{GENERATE_TASK} takes one positional job id"
+    if kwargs and not _is_job_hint(kwargs):
+        return f"{GENERATE_TASK} takes no keywords but the job's request and priority"
     if len(args) != 1 or not could_be_job_id(args[0]):
         # The claim would fail on it, and a database error is retried without end.
         return "its job id is not one any job can have"
@@ -137,3 +139,13 @@ def _body_problem(body: Any) -> str | None:
     except ValidationError:
         return "it carries callbacks or chains"
     return None
+
+
+def _is_job_hint(kwargs: dict[str, Any]) -> bool:
+    # The copy of the job a producer may add (``schemas.messages.job_hint``); its
+    # content is checked by the worker against the row before any of it is used.
+    return (
+        set(kwargs) == {"request", "priority"}
+        and isinstance(kwargs["request"], dict)
+        and isinstance(kwargs["priority"], str)
+    )

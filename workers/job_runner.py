@@ -10,14 +10,15 @@ import time
 from dataclasses import dataclass, field
 
 import redis
-from pydantic import ValidationError
 
-from schemas.errors import EngineDead, LlmqError, PromptTooLong
+from schemas.errors import EngineDead, LlmqError
 from schemas.events import Timings, Usage
 from schemas.jobs import CANCELLED_MESSAGE, JobStatus
-from schemas.queues import SERVICE_MS_KEY, Priority
+from schemas.queues import SERVICE_MS_KEY
 from schemas.requests import GenerationRequest
-from workers.engine.base import BACKGROUND_PRIORITY, INTERACTIVE_PRIORITY, SamplingOptions
+from workers.early_start import EarlyStart, JobHint, start_early
+from workers.engine.base import DeltaStream
+from workers.job_input import chat_messages, check_context, parse_request, sampling_options
 from workers.jobs import (
     ClaimedJob,
     claim_job,
@@ -50,26 +51,44 @@ class Generation:
         return self.resumed_text + "".join(self.text_parts)
 
 
-def run_job(runtime: WorkerRuntime, job_id: str) -> None:
+def run_job(runtime: WorkerRuntime, job_id: str, hint: JobHint | None = None) -> None:
     """Run job ``job_id`` to its end. Never raises for a problem of the job itself.
 
-    A job that is not queued (unknown, running elsewhere, ended) is skipped. A later
-    attempt goes on from the text earlier attempts streamed. A failure becomes a
-    failed row and an error event naming the problem, and the worker goes on serving.
-    A cancel or the job's deadline aborts the generation and records why.
+    A job that is not queued (unknown, running elsewhere, ended) is skipped. With the
+    message's ``hint``, the engine starts on the job while its row is claimed
+    (``workers.early_start``). A later attempt goes on from the text earlier attempts
+    streamed. A failure becomes a failed row and an error event naming the problem, and
+    the worker goes on serving. A cancel or the job's deadline aborts the generation and
+    records why.
     """
-    claimed = claim_job(
-        runtime.sessions, job_id, runtime.worker_id, engine_warm=runtime.warm.is_set()
-    )
+    early = start_early(runtime, job_id, hint)
+    try:
+        claimed = claim_job(
+            runtime.sessions, job_id, runtime.worker_id, engine_warm=runtime.warm.is_set()
+        )
+    except BaseException:
+        if early is not None:
+            early.abort()
+        raise
+    if early is not None and (claimed is None or not early.matches(claimed)):
+        early.abort()
+        early = None
     if claimed is None:
         log.info("job %s is not queued (running elsewhere or ended); skipping", job_id)
         return
+    _run_claimed(runtime, claimed, early)
+
+
+def _run_claimed(runtime: WorkerRuntime, claimed: ClaimedJob, early: EarlyStart | None) -> None:
+    job_id = claimed.id
     publisher = StreamPublisher(runtime.redis, job_id, ttl_s=runtime.settings.replay_ttl_s)
-    running = runtime.running.start(job_id)
+    running = runtime.running.start(job_id, early.running if early is not None else None)
     try:
         resumed = publisher.resume(claimed.attempt) if claimed.attempt > 1 else ""
         running.stop_at(_seconds_left(runtime, claimed))
-        generation = generate(runtime, claimed, publisher, running, resumed_text=resumed)
+        generation = generate(
+            runtime, claimed, publisher, running, resumed_text=resumed, early=early
+        )
     except EngineDead as exc:
         _fail(runtime, publisher, claimed, f"{exc}; the worker is restarting")
         runtime.on_engine_dead()
@@ -158,6 +177,17 @@ def record_service_ms(runtime: WorkerRuntime, service_ms: float, alpha: float = 
         log.warning("could not record the service time of a %s job", runtime.tier)
 
 
+@dataclass(frozen=True)
+class _Started:
+    """A job's request as the engine got it."""
+
+    request: GenerationRequest
+    prompt_ids: list[int]
+    deltas: DeltaStream | None
+    """None when earlier attempts already generated every token asked for."""
+    resumed_tokens: int = 0
+
+
 def generate(
     runtime: WorkerRuntime,
     claimed: ClaimedJob,
@@ -165,86 +195,69 @@ def generate(
     running: RunningJob,
     *,
     resumed_text: str = "",
+    early: EarlyStart | None = None,
 ) -> Generation:
     """Stream the job's completion, publishing each chunk as it arrives.
 
     With ``resumed_text`` (what earlier attempts streamed), the model continues that
-    text rather than starting over, so readers see one coherent answer.
+    text rather than starting over, so readers see one coherent answer. With ``early``,
+    the engine is already on it (started from the message, before the claim).
     """
-    request = _stored_request(claimed)
-    prompt_ids = runtime.engine.render_chat(chat_messages(request, runtime))
-    resumed_ids = runtime.engine.encode(resumed_text) if resumed_text else []
-    _check_context(len(prompt_ids), request.max_tokens, runtime)
+    started = (
+        _Started(early.request, early.prompt_ids, early.deltas)
+        if early is not None
+        else _start(runtime, claimed, running, resumed_text)
+    )
     generation = Generation(
         resumed_text=resumed_text,
-        resumed_tokens=len(resumed_ids),
-        prompt_tokens=len(prompt_ids),
-        finish_reason="length" if len(resumed_ids) >= request.max_tokens else None,
+        resumed_tokens=started.resumed_tokens,
+        prompt_tokens=len(started.prompt_ids),
     )
-    if generation.finish_reason is not None:
-        generation.completion_tokens = len(resumed_ids)
+    if started.deltas is None:
+        generation.finish_reason = "length"
+        generation.completion_tokens = started.resumed_tokens
         return generation
-    options = SamplingOptions(
-        max_tokens=request.max_tokens - len(resumed_ids),
-        temperature=request.temperature,
-        top_p=request.top_p,
-        stop=tuple(request.stop),
-        seed=request.seed,
-        stream_tokens=claimed.priority == Priority.INTERACTIVE.value,
-        priority=INTERACTIVE_PRIORITY
-        if claimed.priority == Priority.INTERACTIVE.value
-        else BACKGROUND_PRIORITY,
-    )
     # Elapsed time is measured on the monotonic clock from the claim on.
     claim_offset_ms = claimed.queue_wait_ms
-    started = claimed.claimed_monotonic
-    request_id = f"{claimed.id}-{claimed.attempt}"
-    deltas = runtime.engine.stream(prompt_ids + resumed_ids, options, request_id, stop=running.stop)
-    for delta in deltas:
-        if delta.text:
-            if generation.ttft_ms is None:
-                generation.ttft_ms = claim_offset_ms + (time.monotonic() - started) * 1000.0
-            generation.text_parts.append(delta.text)
-            publisher.token(delta.text)
-        if delta.cached_tokens is not None:
-            generation.cached_prompt_tokens = delta.cached_tokens
-        generation.completion_tokens = len(resumed_ids) + delta.completion_tokens
-        generation.finish_reason = delta.finish_reason or generation.finish_reason
+    try:
+        for delta in started.deltas:
+            if delta.text:
+                if generation.ttft_ms is None:
+                    since_claim_s = time.monotonic() - claimed.claimed_monotonic
+                    generation.ttft_ms = claim_offset_ms + since_claim_s * 1000.0
+                generation.text_parts.append(delta.text)
+                publisher.token(delta.text)
+            if delta.cached_tokens is not None:
+                generation.cached_prompt_tokens = delta.cached_tokens
+            generation.completion_tokens = started.resumed_tokens + delta.completion_tokens
+            generation.finish_reason = delta.finish_reason or generation.finish_reason
+    finally:
+        started.deltas.close()
     runtime.prefix_stats.record(
         prompt_tokens=generation.prompt_tokens,
         cached_tokens=generation.cached_prompt_tokens,
-        system_prompt=request.system_prompt,
+        system_prompt=started.request.system_prompt,
     )
     return generation
 
 
-def chat_messages(request: GenerationRequest, runtime: WorkerRuntime) -> list[dict[str, str]]:
-    """The conversation as the model sees it: the registered system prompt, then the turns.
-
-    The system prompt's text comes from the registry file byte for byte, so its tokens,
-    and so its cached prefix, are the same for every request that names it.
-    """
-    messages = [message.model_dump() for message in request.messages]
-    if request.system_prompt is None:
-        return messages
-    prompt = runtime.prompts.registry.resolve(request.system_prompt, tier=runtime.tier.base)
-    return [{"role": "system", "content": prompt.text}, *messages]
-
-
-def _stored_request(claimed: ClaimedJob) -> GenerationRequest:
-    try:
-        return GenerationRequest.model_validate(claimed.request)
-    except ValidationError as exc:
-        raise LlmqError(f"the stored request is invalid: {exc.error_count()} problem(s)") from exc
-
-
-def _check_context(prompt_tokens: int, max_tokens: int, runtime: WorkerRuntime) -> None:
-    context = runtime.engine.max_model_len
-    if prompt_tokens + max_tokens > context:
-        raise PromptTooLong(
-            f"the prompt is {prompt_tokens} tokens; with max_tokens={max_tokens} it exceeds "
-            f"the {runtime.tier} tier's context window of {context} tokens"
-        )
+def _start(
+    runtime: WorkerRuntime, claimed: ClaimedJob, running: RunningJob, resumed_text: str
+) -> _Started:
+    """Submit the claimed job to the engine, after what earlier attempts streamed."""
+    request = parse_request(claimed.request)
+    prompt_ids = runtime.engine.render_chat(chat_messages(request, runtime))
+    resumed_ids = runtime.engine.encode(resumed_text) if resumed_text else []
+    check_context(len(prompt_ids), request.max_tokens, runtime)
+    if len(resumed_ids) >= request.max_tokens:
+        return _Started(request, prompt_ids, None, len(resumed_ids))
+    deltas = runtime.engine.stream(
+        prompt_ids + resumed_ids,
+        sampling_options(request, claimed.priority, done_tokens=len(resumed_ids)),
+        f"{claimed.id}-{claimed.attempt}",
+        stop=running.stop,
+    )
+    return _Started(request, prompt_ids, deltas, len(resumed_ids))
 
 
 def _fail(

@@ -57,8 +57,9 @@ class RunningJobs:
         self._lock = threading.Lock()
         self._jobs: dict[str, RunningJob] = {}
 
-    def start(self, job_id: str) -> RunningJob:
-        job = RunningJob()
+    def start(self, job_id: str, job: RunningJob | None = None) -> RunningJob:
+        """Track ``job_id`` (as ``job``, when its generation already holds one)."""
+        job = job if job is not None else RunningJob()
         with self._lock:
             self._jobs[job_id] = job
         return job

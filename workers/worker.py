@@ -181,19 +181,27 @@ def _helpers(runtime: WorkerRuntime, app: LlmqCelery) -> list[BackgroundLoop]:
 def _consume(
     app: LlmqCelery, runtime: WorkerRuntime, options: WorkerOptions, concurrency: int
 ) -> int:
-    shares = slot_shares(runtime.settings.tier(runtime.tier), concurrency)
+    tier_config = runtime.settings.tier(runtime.tier)
+    shares = slot_shares(tier_config, concurrency)
     batch_queue = queue_name(runtime.tier, Priority.BATCH)
     install_gate(
         app,
-        SlotGate(runtime.tier, shares, batch_waiting=lambda: bool(runtime.redis.llen(batch_queue))),
+        SlotGate(
+            runtime.tier,
+            shares,
+            batch_waiting=lambda: bool(runtime.redis.llen(batch_queue)),
+            interactive_hold_s=tier_config.interactive_hold_s,
+        ),
     )
     queues = tier_queues(runtime.tier)
     log.info(
-        "worker %s is warm; consuming %s; batch may use %d of %d slots",
+        "worker %s is warm; consuming %s; batch may use %d of %d slots (%d while "
+        "interactive work runs)",
         runtime.worker_id,
         ", ".join(queues),
         shares.batch_max,
         shares.slots,
+        shares.batch_cap(interactive_about=True),
     )
     worker = app.Worker(
         hostname=runtime.worker_id,

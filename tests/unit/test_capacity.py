@@ -33,12 +33,42 @@ def test_interactive_leaves_the_batch_minimum_only_while_batch_waits() -> None:
 
 
 def test_default_shares_keep_a_quarter_for_interactive_work() -> None:
-    assert slot_shares(TierConfig(), 16) == SlotShares(16, 4, 1)
-    assert slot_shares(TierConfig(), 2) == SlotShares(2, 1, 1)
-    assert slot_shares(TierConfig(), 1) == SlotShares(1, 0, 1)
+    assert slot_shares(TierConfig(), 16) == SlotShares(16, 4, 1, batch_under_interactive=6)
+    assert slot_shares(TierConfig(), 2) == SlotShares(2, 1, 1, batch_under_interactive=1)
+    assert slot_shares(TierConfig(), 1) == SlotShares(1, 0, 1, batch_under_interactive=1)
     assert slot_shares(TierConfig(reserved_interactive_slots=3, batch_min_slots=0), 4) == (
-        SlotShares(4, 3, 0)
+        SlotShares(4, 3, 0, batch_under_interactive=0)
     )
+    assert slot_shares(TierConfig(batch_slots_under_interactive=99), 16).batch_cap(True) == 12
+
+
+def test_batch_holds_a_smaller_share_while_interactive_work_is_about() -> None:
+    shares = SlotShares(slots=16, reserved_interactive=4, batch_min=1, batch_under_interactive=6)
+    assert shares.paused(running(0, 6), batch_waiting=True) == set()
+    assert shares.paused(running(0, 6), batch_waiting=True, interactive_about=True) == {BATCH}
+    assert shares.paused(running(1, 5), batch_waiting=True, interactive_about=True) == set()
+
+
+def test_the_smaller_share_lasts_the_hold_after_the_last_interactive_job() -> None:
+    now = [100.0]
+    shares = SlotShares(slots=8, reserved_interactive=2, batch_min=1, batch_under_interactive=2)
+    gate = SlotGate(
+        Tier.SMALL, shares, batch_waiting=lambda: True, interactive_hold_s=5, clock=lambda: now[0]
+    )
+    switch = RecordingSwitch()
+    gate.attach(switch)
+    for index in range(3):
+        gate.received(f"b{index}", "llm.small.batch")
+    assert switch.calls == []  # 3 of 6 batch slots: no interactive work about
+    gate.received("i0", "llm.small.interactive")
+    assert switch.calls == [("pause", "llm.small.batch")]
+    now[0] += 1
+    gate.finished("i0")
+    gate.finished("b0")
+    assert switch.calls == [("pause", "llm.small.batch")]  # 2 batch jobs: still the small share
+    now[0] += 5  # the hold has passed
+    gate.rebalance()
+    assert switch.calls[-1] == ("resume", "llm.small.batch")
 
 
 def test_impossible_shares_are_refused() -> None:
@@ -46,6 +76,8 @@ def test_impossible_shares_are_refused() -> None:
         SlotShares(slots=4, reserved_interactive=4, batch_min=0)
     with pytest.raises(ValueError, match="batch minimum"):
         SlotShares(slots=4, reserved_interactive=2, batch_min=3)
+    with pytest.raises(ValueError, match="under interactive"):
+        SlotShares(slots=4, reserved_interactive=1, batch_min=2, batch_under_interactive=1)
 
 
 class RecordingSwitch:

@@ -104,3 +104,20 @@ def test_the_producers_direct_message_is_what_celery_would_send() -> None:
         celerys["properties"].pop(volatile)
         ours["properties"].pop(volatile)
     assert ours["properties"] == celerys["properties"]
+
+
+def test_a_copy_of_the_request_passes_and_other_keywords_do_not() -> None:
+    request = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    with_copy = json.loads(
+        celery_job_message(JOB_ID, Tier.SMALL, Priority.INTERACTIVE, request=request)
+    )
+    assert envelope_problem(with_copy) is None
+    _args, kwargs, _embed = json.loads(base64.b64decode(with_copy["body"]))
+    assert kwargs == {"request": request, "priority": "interactive"}
+    other = task_message([JOB_ID], message_id=JOB_ID)
+    other["body"] = base64.b64encode(
+        json.dumps([[JOB_ID], {"request": request, "eval": "x"}, {}]).encode()
+    ).decode()
+    assert envelope_problem(other) == (
+        f"{GENERATE_TASK} takes no keywords but the job's request and priority"
+    )

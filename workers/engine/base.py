@@ -43,6 +43,16 @@ class Delta:
     """Prompt tokens the engine took from its prefix cache (known from the first delta)."""
 
 
+class DeltaStream(Protocol):
+    """One request's deltas, in order; ``close`` aborts the request in the engine."""
+
+    def __iter__(self) -> Iterator[Delta]: ...
+
+    def __next__(self) -> Delta: ...
+
+    def close(self) -> None: ...
+
+
 class Engine(Protocol):
     """A started, thread-safe engine: many threads may stream from it at once."""
 
@@ -66,8 +76,10 @@ class Engine(Protocol):
         request_id: str,
         *,
         stop: threading.Event | None = None,
-    ) -> Iterator[Delta]:
+    ) -> DeltaStream:
         """Generate for one request, yielding deltas until the last has ``finished``.
+
+        The request is submitted when ``stream`` is called, before the first ``next``.
 
         Closing the iterator early, or setting ``stop``, aborts the request in the
         engine and frees its slot; after ``stop`` the iterator simply ends.

@@ -9,6 +9,7 @@ engine, which batches them continuously.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import os
 import queue
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from schemas.errors import EngineDead, EngineError
 from schemas.settings import TierConfig
-from workers.engine.base import Delta, SamplingOptions
+from workers.engine.base import Delta, DeltaStream, SamplingOptions
 
 if TYPE_CHECKING:
     from vllm.v1.engine.async_llm import AsyncLLM
@@ -95,13 +96,23 @@ class VllmEngine:
         request_id: str,
         *,
         stop: threading.Event | None = None,
-    ) -> Iterator[Delta]:
+    ) -> DeltaStream:
         if self._engine is None or self._closed:
             raise EngineError("the engine is not running")
         deltas: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        # Submitted now, not at the first ``next``: a caller may start the request and
+        # do other work (the job's claim) while the engine computes the first token.
         future = asyncio.run_coroutine_threadsafe(
             self._pump(prompt_token_ids, options, request_id, deltas), self._loop
         )
+        return _Submitted(future, self._read(future, deltas, stop))
+
+    def _read(
+        self,
+        future: concurrent.futures.Future[None],
+        deltas: queue.SimpleQueue[Any],
+        stop: threading.Event | None,
+    ) -> Iterator[Delta]:
         pending: Any = None
         try:
             while True:
@@ -180,6 +191,28 @@ class VllmEngine:
             self._engine = None
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
+
+
+class _Submitted:
+    """A submitted request's deltas; closing it aborts the request, read from or not
+    (a generator never started would skip its ``finally`` on close)."""
+
+    def __init__(self, future: concurrent.futures.Future[None], deltas: Iterator[Delta]) -> None:
+        self._future = future
+        self._deltas = deltas
+
+    def __iter__(self) -> Iterator[Delta]:
+        return self
+
+    def __next__(self) -> Delta:
+        return next(self._deltas)
+
+    def close(self) -> None:
+        if not self._future.done():
+            self._future.cancel()
+        close = getattr(self._deltas, "close", None)
+        if close is not None:
+            close()
 
 
 _STOPPED = object()

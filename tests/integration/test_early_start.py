@@ -1,0 +1,136 @@
+"""An interactive job starts in the engine from its message, before its row is claimed;
+the row stays the truth (real Redis and database, a scripted engine)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from producer.client import Client
+from schemas.events import FinalEvent
+from schemas.jobs import JobStatus
+from schemas.messages import MAX_REQUEST_COPY_BYTES
+from schemas.queues import queue_name
+from schemas.settings import Settings
+from tests.integration.test_runner import ScriptedEngine, runtime_for
+from tests.integration.test_submit import queued_messages
+from workers.early_start import JobHint
+from workers.engine.base import Delta, SamplingOptions
+from workers.job_runner import run_job
+
+pytestmark = pytest.mark.integration
+
+
+class RecordingEngine(ScriptedEngine):
+    """A scripted engine that records each request it was given and each abort."""
+
+    def __init__(self, chunks: list[str]) -> None:
+        super().__init__(chunks)
+        self.request_ids: list[str] = []
+        self.closed: list[str] = []
+        self.read: list[str] = []
+
+    def stream(
+        self,
+        prompt_token_ids: list[int],
+        options: SamplingOptions,
+        request_id: str,
+        *,
+        stop: threading.Event | None = None,
+    ) -> Any:
+        self.request_ids.append(request_id)
+        inner = super().stream(prompt_token_ids, options, request_id, stop=stop)
+        return _Tracked(self, request_id, inner)
+
+
+class _Tracked:
+    def __init__(self, engine: RecordingEngine, request_id: str, inner: Iterator[Delta]) -> None:
+        self._engine, self._id, self._inner = engine, request_id, inner
+
+    def __iter__(self) -> Iterator[Delta]:
+        return self
+
+    def __next__(self) -> Delta:
+        if self._id not in self._engine.read:
+            self._engine.read.append(self._id)
+        return next(self._inner)
+
+    def close(self) -> None:
+        self._engine.closed.append(self._id)
+
+
+def hint_of(settings: Settings, job_id: str) -> JobHint | None:
+    """What the job's message on the interactive queue carries, as the task gets it."""
+    for message in queued_messages(settings).get(queue_name("small", "interactive"), []):
+        args, kwargs, _embed = json.loads(base64.b64decode(str(message["body"])))
+        if args == [job_id]:
+            return JobHint(**kwargs) if kwargs else None
+    raise AssertionError(f"no message for job {job_id}")
+
+
+def test_an_interactive_job_starts_from_its_message_and_finishes(
+    integration_settings: Settings,
+) -> None:
+    engine = RecordingEngine(["Hel", "lo"])
+    with Client(integration_settings) as client:
+        handle = client.submit({"messages": [{"role": "user", "content": "say hi"}]})
+        hint = hint_of(integration_settings, handle.job_id)
+        assert hint is not None and hint.priority == "interactive"
+        run_job(runtime_for(integration_settings, engine), handle.job_id, hint)
+        final = list(handle.events(timeout=10))[-1]
+        assert isinstance(final, FinalEvent) and final.text == "Hello"
+        assert client.status(handle.job_id) is JobStatus.DONE
+    (request_id,) = engine.request_ids
+    assert "early" in request_id  # one engine request, the one started before the claim
+    assert engine.read == [request_id]
+
+
+def test_batch_and_oversized_jobs_carry_no_copy(integration_settings: Settings) -> None:
+    huge = "word " * (MAX_REQUEST_COPY_BYTES // 4)
+    with Client(integration_settings) as client:
+        batch = client.submit("hi", priority="batch")
+        big = client.submit(huge)
+        assert hint_of(integration_settings, big.job_id) is None
+    args_by_queue = queued_messages(integration_settings)
+    (batch_message,) = args_by_queue[queue_name("small", "batch")]
+    _args, kwargs, _embed = json.loads(base64.b64decode(str(batch_message["body"])))
+    assert kwargs == {} and batch.job_id in str(batch_message["headers"])
+
+
+def test_a_copy_that_is_not_the_row_is_aborted_and_the_row_is_run(
+    integration_settings: Settings,
+) -> None:
+    engine = RecordingEngine(["from the row"])
+    with Client(integration_settings) as client:
+        handle = client.submit({"messages": [{"role": "user", "content": "the real one"}]})
+        hint = hint_of(integration_settings, handle.job_id)
+        assert hint is not None
+        forged = JobHint(
+            request={**hint.request, "messages": [{"role": "user", "content": "forged words"}]},
+            priority=hint.priority,
+        )
+        run_job(runtime_for(integration_settings, engine), handle.job_id, forged)
+        assert handle.result(timeout=10).text == "from the row"
+    early, ordinary = engine.request_ids
+    assert early in engine.closed and early not in engine.read  # nothing of it was read
+    assert ordinary.endswith("-1") and engine.read == [ordinary]
+    assert [m[-1]["content"] for m in engine.rendered] == ["forged words", "the real one"]
+
+
+def test_a_job_that_is_not_queued_aborts_its_early_start(integration_settings: Settings) -> None:
+    engine = RecordingEngine(["once"])
+    runtime = runtime_for(integration_settings, engine)
+    with Client(integration_settings) as client:
+        handle = client.submit("hi")
+        hint = hint_of(integration_settings, handle.job_id)
+        run_job(runtime, handle.job_id, hint)
+        run_job(runtime, handle.job_id, hint)  # a duplicate message: the claim fails
+        assert handle.result(timeout=5).text == "once"
+    first, duplicate = engine.request_ids
+    assert first != duplicate
+    assert duplicate in engine.closed and duplicate not in engine.read

@@ -1,0 +1,85 @@
+"""Starting a job's generation from its message, while its row is being claimed.
+
+The claim (one SQL round trip) would otherwise sit between the message and the
+engine, on the way to the first token. An interactive job's message carries a copy of
+its request (``schemas.messages``), so the worker renders the prompt and submits it to
+the engine at once, then claims the row while the engine computes. Nothing is
+published before the claim succeeds; the row stays the truth: if the claim fails (a
+duplicate message, a cancelled job) or the row's request is not the message's copy,
+or the job is on a later attempt (which resumes what earlier ones streamed), the
+early request is aborted and the job takes the ordinary path.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from schemas.errors import LlmqError
+from schemas.requests import GenerationRequest
+from workers.engine.base import DeltaStream
+from workers.job_input import chat_messages, check_context, parse_request, sampling_options
+from workers.jobs import ClaimedJob
+from workers.running_jobs import RunningJob
+from workers.worker_runtime import WorkerRuntime
+
+log = logging.getLogger(__name__)
+
+# Engine request ids must be unique among live requests: a duplicate message of the
+# same job on this worker gets its own early request (aborted when its claim fails).
+_EARLY_IDS = itertools.count()
+
+
+@dataclass(frozen=True)
+class JobHint:
+    """What a job's message says of it: its request and priority, as the producer sent."""
+
+    request: Mapping[str, object]
+    priority: str
+
+
+@dataclass
+class EarlyStart:
+    """A job's engine request, started before its claim."""
+
+    hint: JobHint
+    request: GenerationRequest
+    prompt_ids: list[int]
+    running: RunningJob
+    deltas: DeltaStream
+
+    def matches(self, claimed: ClaimedJob) -> bool:
+        """True when the claimed row is the job this request was started for, fresh."""
+        return (
+            claimed.attempt == 1
+            and claimed.priority == self.hint.priority
+            and claimed.request == dict(self.hint.request)
+        )
+
+    def abort(self) -> None:
+        """Abort the engine request (nothing of it was published)."""
+        self.running.close()
+        self.deltas.close()
+
+
+def start_early(runtime: WorkerRuntime, job_id: str, hint: JobHint | None) -> EarlyStart | None:
+    """Submit the job to the engine from its message; None when the message carries no
+    request, or one the ordinary path must judge (it records the error on the row)."""
+    if hint is None:
+        return None
+    try:
+        request = parse_request(hint.request)
+        prompt_ids = runtime.engine.render_chat(chat_messages(request, runtime))
+        check_context(len(prompt_ids), request.max_tokens, runtime)
+    except LlmqError:
+        return None
+    running = RunningJob()
+    deltas = runtime.engine.stream(
+        prompt_ids,
+        sampling_options(request, hint.priority),
+        f"{job_id}-early{next(_EARLY_IDS)}",
+        stop=running.stop,
+    )
+    return EarlyStart(hint, request, prompt_ids, running, deltas)
