@@ -26,10 +26,11 @@ from bench.warm import QUESTIONS
 from producer.prompts.cli import DEFAULT_GATE_TAG, token_counter
 from producer.prompts.compress import compress
 from producer.prompts.embed import load_embedder
-from producer.prompts.gate import print_progress, run_prompt_gate, wait_for_prompts
+from producer.prompts.gate import run_prompt_gate, wait_for_prompts
 from producer.prompts.store import register_version
 from producer.quality.cases import load_cases
 from schemas.errors import ConfigError
+from schemas.progress import ProgressBar
 from schemas.prompt_registry import PromptRegistry
 from schemas.queues import Tier
 from schemas.settings import Settings
@@ -113,7 +114,7 @@ def run_prompt(
                 cases=gate_cases,
                 tier=tier,
                 threshold_points=gate_threshold,
-                progress=print_progress,
+                progress=ProgressBar("  gate", len(gate_cases), unit="cases"),
             )
     cold_a, cold_b = median(cold[original.ref]), median(cold[compressed.ref])
     warm_a, warm_b = median(warm[original.ref]), median(warm[compressed.ref])

@@ -10,8 +10,6 @@ from typing import Any
 
 from schemas.queues import Tier
 
-BAR_WIDTH = 30
-
 
 def register(commands: Any) -> None:
     """Add ``llmq batch`` and its actions."""
@@ -43,12 +41,6 @@ def _owner(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def progress_bar(done: int, total: int) -> str:
-    """``[#####.....]  50/100 lines`` for a terminal line."""
-    filled = BAR_WIDTH * done // max(total, 1)
-    return f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {done}/{total} lines enqueued"
-
-
 def _submit(args: argparse.Namespace) -> int:
     import os
 
@@ -56,10 +48,8 @@ def _submit(args: argparse.Namespace) -> int:
     from producer.batches.enqueue import enqueue_batch
     from producer.batches.views import batch_object
     from producer.client import Client
+    from schemas.progress import ProgressBar
     from schemas.settings import Settings
-
-    def show(done: int, total: int) -> None:
-        print("\r" + progress_bar(done, total), end="", file=sys.stderr, flush=True)
 
     settings = Settings.from_env()
     with Client(settings) as client, args.file.open("rb") as stream:
@@ -80,10 +70,10 @@ def _submit(args: argparse.Namespace) -> int:
             tier=args.tier,
         )
         print(f"batch {batch.id}: {batch.total} lines", file=sys.stderr)
-        show(0, batch.total)
         # Interrupted, the batch is not lost: a gateway's batch runner resumes it.
-        enqueue_batch(client, batch.id, holder=f"cli:{os.getpid()}", on_progress=show)
-        print(file=sys.stderr)
+        with ProgressBar("enqueued", batch.total, unit="lines") as bar:
+            bar.update(0)
+            enqueue_batch(client, batch.id, holder=f"cli:{os.getpid()}", on_progress=bar)
         row = store.refresh_batch(client.sessions, batch.id, cancel_job=client.cancel)
         print(json.dumps(batch_object(row)))
     return 0

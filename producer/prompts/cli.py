@@ -331,8 +331,9 @@ def _gate(
     out: Any,
 ) -> dict[str, Any]:
     from producer.client import Client
-    from producer.prompts.gate import print_progress, run_prompt_gate, wait_for_prompts
+    from producer.prompts.gate import run_prompt_gate, wait_for_prompts
     from producer.quality.cases import load_cases
+    from schemas.progress import ProgressBar
 
     cases = [c for c in load_cases(args.cases) if not args.tag or args.tag in c.tags]
     if not cases:
@@ -348,7 +349,7 @@ def _gate(
             cases=cases,
             tier=tier,
             threshold_points=args.gate_threshold,
-            progress=print_progress,
+            progress=ProgressBar("  gate", len(cases), unit="cases"),
         )
     r = gate.result
     print(

@@ -8,7 +8,6 @@ scores. Both versions' jobs are submitted together so the worker batches them.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ DEFAULT_MAX_TOKENS = 48
 # re-reads the folder every few seconds, then prefills the prompt).
 PREFILL_WAIT_S = 180.0
 
+# ``(done, total)`` after each case; a ``schemas.progress.ProgressBar`` is one.
 Progress = Callable[[int, int], None]
 
 
@@ -109,16 +109,3 @@ def run_prompt_gate(
         if progress is not None:
             progress(index + 1, len(cases))
     return PromptGate(a_ref, b_ref, paired_gate(pairs, threshold_points=threshold_points), *ttfts)
-
-
-def print_progress(done: int, total: int) -> None:
-    """A one-line progress bar on stderr."""
-    width = 30
-    filled = width * done // total
-    end = "\n" if done == total else ""
-    print(
-        f"\r  gate [{'#' * filled}{'.' * (width - filled)}] {done}/{total}",
-        end=end,
-        file=sys.stderr,
-        flush=True,
-    )

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import getpass
 import hashlib
-import sys
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from producer.quality.scoring import Embed
 from producer.quality.stats import DEFAULT_THRESHOLD_POINTS
 from schemas.boundary import database_error
 from schemas.errors import ConfigError, InvalidRequest
+from schemas.progress import ProgressBar
 from schemas.queues import Tier
 from schemas.settings import Settings
 from schemas.tables import AbRun, TierPromotion
@@ -51,34 +51,16 @@ class GateOptions:
     spawn: Spawn = "auto"
 
 
-class Progress:
-    """A one-line progress bar on stderr (a line every tenth when it is not a terminal)."""
+def counting_answers(bar: ProgressBar) -> Callable[[CaseAnswer], None]:
+    """``on_answer`` for ``run_cases``: one step of ``bar`` per answer, failures noted."""
+    failed = 0
 
-    WIDTH = 30
+    def step(answer: CaseAnswer) -> None:
+        nonlocal failed
+        failed += not answer.ok
+        bar.advance(note=f"{failed} failed" if failed else None)
 
-    def __init__(self, label: str, total: int, *, enabled: bool = True) -> None:
-        self.label, self.total, self.done, self.failed = label, total, 0, 0
-        self.enabled = enabled
-        self._tty = sys.stderr.isatty()
-
-    def say(self, line: str) -> None:
-        if self.enabled:
-            print(line, file=sys.stderr, flush=True)
-
-    def step(self, answer: CaseAnswer) -> None:
-        self.done += 1
-        self.failed += not answer.ok
-        if not self.enabled:
-            return
-        filled = int(self.WIDTH * self.done / max(self.total, 1))
-        bar = "#" * filled + "-" * (self.WIDTH - filled)
-        failed = f", {self.failed} failed" if self.failed else ""
-        text = f"{self.label:<16} [{bar}] {self.done}/{self.total}{failed}"
-        if self._tty:
-            end = "\n" if self.done == self.total else ""
-            print("\r" + text, end=end, file=sys.stderr, flush=True)
-        elif self.done == self.total or self.done % max(self.total // 10, 1) == 0:
-            print(text, file=sys.stderr, flush=True)
+    return step
 
 
 def cases_source(path: Path | None, cases: Sequence[Case]) -> str:
@@ -118,8 +100,8 @@ def run_gate(
     budgets = (options.max_tokens, options.b_max_tokens or options.max_tokens)
     with client_factory(settings) as client:
         for label, tier, budget in zip("AB", (options.a, options.b), budgets, strict=True):
-            bar = Progress(f"{label} {tier}", len(chosen), enabled=progress)
-            with worker_block(settings, tier, spawn=options.spawn, say=bar.say):
+            bar = ProgressBar(f"{label} {tier}".ljust(16), len(chosen), enabled=progress)
+            with bar, worker_block(settings, tier, spawn=options.spawn, say=bar.say):
                 before = other_engines(settings, tier)
                 runs.append(
                     run_cases(
@@ -128,7 +110,7 @@ def run_gate(
                         chosen,
                         max_tokens=budget,
                         concurrency=options.concurrency,
-                        on_answer=bar.step,
+                        on_answer=counting_answers(bar),
                     )
                 )
                 shared.append(max(before, other_engines(settings, tier)))

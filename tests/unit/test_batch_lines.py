@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from producer.batches.cli import progress_bar
 from producer.batches.lines import LineInvalid, parse_line, peek_custom_id
 from producer.batches.status import BatchStatus, Tally, next_status, parse_window
 from producer.batches.store import _stored_line
 from schemas.errors import InvalidRequest
+from schemas.progress import ProgressBar
 
 BODY = {"model": "auto", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
@@ -147,6 +148,11 @@ def test_final_statuses_stay(final: BatchStatus) -> None:
 
 
 def test_the_progress_bar() -> None:
-    assert progress_bar(0, 10).startswith("[" + "." * 30 + "]")
-    assert progress_bar(10, 10).startswith("[" + "#" * 30 + "]")
-    assert progress_bar(5, 10).endswith("5/10 lines enqueued")
+    # llmq batch submit's bar: lines enqueued of the batch's total.
+    out = io.StringIO()
+    bar = ProgressBar("enqueued", 10, unit="lines", stream=out, tty=False)
+    assert bar.render().startswith("enqueued [" + "." * 30 + "] 0/10 lines 0%")
+    bar(5, 10)
+    assert "5/10 lines 50%" in bar.render()
+    bar(10, 10)
+    assert "[" + "#" * 30 + "] 10/10 lines 100%" in out.getvalue().splitlines()[-1]
