@@ -12,7 +12,15 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from bench.harness import SETTLE_S, Rig, bench_rig, queued_sample, queued_ttft_ms, rounded
+from bench.harness import (
+    SETTLE_S,
+    Rig,
+    bench_rig,
+    counted,
+    queued_sample,
+    queued_ttft_ms,
+    rounded,
+)
 from producer.batches import store
 from producer.batches.enqueue import enqueue_batch
 from producer.batches.status import BatchStatus
@@ -70,7 +78,7 @@ def run_batch(
 
 def _ttfts(rig: Rig, samples: int, max_tokens: int) -> list[float]:
     values = []
-    for _ in range(samples):
+    for _ in counted("interactive TTFT, idle worker", samples).track(range(samples)):
         time.sleep(SETTLE_S)
         values.append(queued_ttft_ms(rig, max_tokens))
     return values
@@ -79,7 +87,7 @@ def _ttfts(rig: Rig, samples: int, max_tokens: int) -> list[float]:
 def _serial(rig: Rig, requests: int, max_tokens: int) -> tuple[float, int]:
     tokens = 0
     started = time.perf_counter()
-    for index in range(requests):
+    for index in counted("one at a time", requests).track(range(requests)):
         _ttft, result = queued_sample(rig, _request(index, max_tokens))
         tokens += result.usage.completion_tokens
     return time.perf_counter() - started, tokens
@@ -121,15 +129,17 @@ def _batch(
     )
     feeder.start()
     during: list[float] = []
-    while True:
-        row = store.refresh_batch(client.sessions, batch.id, cancel_job=client.cancel)
-        if BatchStatus(row.status).is_final:
-            break
-        if len(during) < samples and row.enqueued > 0:
-            time.sleep(SETTLE_S)
-            during.append(queued_ttft_ms(rig, max_tokens))
-        else:
-            time.sleep(0.05)
+    with counted("as one batch", requests) as bar:
+        while True:
+            row = store.refresh_batch(client.sessions, batch.id, cancel_job=client.cancel)
+            bar.update(row.completed + row.failed, note=f"{len(during)} interactive samples")
+            if BatchStatus(row.status).is_final:
+                break
+            if len(during) < samples and row.enqueued > 0:
+                time.sleep(SETTLE_S)
+                during.append(queued_ttft_ms(rig, max_tokens))
+            else:
+                time.sleep(0.05)
     elapsed = time.perf_counter() - started
     feeder.join()
     if row.status != BatchStatus.COMPLETED:

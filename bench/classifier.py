@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from bench.harness import median, percentile
+from bench.harness import counted, median, percentile, step
 from producer.router.classifier import DifficultyClassifier
 from producer.router.dataset import load_examples
 from producer.router.evaluation import evaluate_router
@@ -25,13 +25,16 @@ def run_classifier_bench(
     examples = load_examples()
     texts = [f"{examples[i % len(examples)].text} (ticket {i})" for i in range(WARMUP + samples)]
     timings = []
-    for index, text in enumerate(texts):
-        started = time.perf_counter()
-        apply_policy(classifier.predict(text), policy)
-        if index >= WARMUP:
-            timings.append((time.perf_counter() - started) * 1000.0)
+    with counted(f"routing decisions ({WARMUP} warm-up)", len(texts), unit="decisions") as bar:
+        for index, text in enumerate(texts):
+            started = time.perf_counter()
+            apply_policy(classifier.predict(text), policy)
+            if index >= WARMUP:
+                timings.append((time.perf_counter() - started) * 1000.0)
+            bar.advance()
     validation = [e for e in examples if e.split == "validation"]
-    quality = evaluate_router(classifier, policy, validation)
+    with step(f"routing the {len(validation)} held-out requests"):
+        quality = evaluate_router(classifier, policy, validation)
     return {
         "bench": "classifier",
         "n": samples,

@@ -12,11 +12,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from schemas.progress import format_duration
 from schemas.queues import Tier
 from schemas.settings import Settings
 
@@ -131,12 +134,13 @@ def _classifier(settings: Settings, values: Values) -> dict[str, Any]:
 
 def _teacher_baseline(samples: int) -> dict[str, Any]:
     # The same kind of queries through the full all-MiniLM-L6-v2 encoder, in this run.
-    from bench.harness import median
+    from bench.harness import median, step
     from producer.router.dataset import load_examples
     from producer.router.distill import teacher_dir, teacher_latency_ms
 
     texts = [f"{e.text} (case {i})" for i, e in enumerate(load_examples()[: samples + 20])]
-    timings = teacher_latency_ms(teacher_dir(), texts)[20:]
+    with step(f"the full encoder on {len(texts)} queries (20 warm-up)"):
+        timings = teacher_latency_ms(teacher_dir(), texts)[20:]
     return {"teacher_encode_p50_ms": round(median(timings), 3)}
 
 
@@ -384,7 +388,13 @@ def _handler(entry: Bench, dests: list[str]) -> Callable[[argparse.Namespace], i
         values = {name: getattr(args, name) for name in dests}
         if entry.on_engine:
             values["tier"] = Tier(args.tier)
-        return _emit(entry.runner()(Settings.from_env(), values), args.json)
+        # Progress goes to stderr, step by step; stdout keeps only the figures.
+        print(f"llmq bench {entry.name}: {entry.help}", file=sys.stderr)
+        started = time.monotonic()
+        result = entry.runner()(Settings.from_env(), values)
+        took = format_duration(time.monotonic() - started)
+        print(f"llmq bench {entry.name}: finished in {took}", file=sys.stderr)
+        return _emit(result, args.json)
 
     return handle
 

@@ -26,7 +26,7 @@ from sqlalchemy.engine import make_url
 from bench.doors import fuzz_doors
 from bench.fuzz import find_request_crashes, push_raw_payloads
 from bench.fuzz import fuzz_cases as draw_fuzz_cases
-from bench.harness import percentile
+from bench.harness import percentile, step
 from bench.redis_server import RedisServer
 from bench.sentinel_lab import SentinelLab, failover_phase, sentinel_lab, terminal_events
 from producer.client import Client
@@ -576,7 +576,8 @@ class FaultPlan:
 def run_faults(settings: Settings, plan: FaultPlan) -> dict[str, Any]:
     """Every round (doors, kills, Redis restart, poison, failover); every count."""
     started = time.monotonic()
-    result = fuzz_doors(settings, cases=plan.fuzz_cases, seed=plan.seed)
+    with step(f"fuzzing the doors ({plan.fuzz_cases} bad inputs of each kind)"):
+        result = fuzz_doors(settings, cases=plan.fuzz_cases, seed=plan.seed)
     result |= _worker_rounds(settings, plan)
     result |= _failover_round(settings, plan)
     result["crashes"] += result["submit_crashes"]
@@ -586,23 +587,31 @@ def run_faults(settings: Settings, plan: FaultPlan) -> dict[str, Any]:
 
 def _worker_rounds(settings: Settings, plan: FaultPlan) -> dict[str, Any]:
     """The kill, Redis restart, poison, reconnect and queue-fuzz rounds in one lab."""
-    with fault_lab(settings, logs_dir=plan.logs_dir) as lab, Client(lab.settings) as client:
-        fuzzed = fuzz_inputs(lab, client, cases=plan.fuzz_cases, seed=plan.seed)
+    with contextlib.ExitStack() as stack:
+        with step("starting the fault lab (Redis, workers)"):
+            lab = stack.enter_context(fault_lab(settings, logs_dir=plan.logs_dir))
+        client = stack.enter_context(Client(lab.settings))
+        with step(f"fuzzing the queue's inputs ({plan.fuzz_cases} of each kind)"):
+            fuzzed = fuzz_inputs(lab, client, cases=plan.fuzz_cases, seed=plan.seed)
         log.info("fuzzing: %s", fuzzed)
-        killed = kill_loop(
-            lab, client, kills=plan.kills, max_tokens=plan.max_tokens, seed=plan.seed
-        )
+        with step(f"killing {plan.kills} workers holding work"):
+            killed = kill_loop(
+                lab, client, kills=plan.kills, max_tokens=plan.max_tokens, seed=plan.seed
+            )
         log.info("kill loop: %s", killed)
         # Before the Redis crash, which takes the finished jobs' replay logs with it.
-        gaps, dups = finished_reconnects(
-            client, killed.job_ids, times=plan.reconnects, seed=plan.seed
-        )
-        restarted = redis_restart(
-            lab, client, jobs=plan.restart_jobs, max_tokens=plan.max_tokens // 2
-        )
+        with step(f"re-reading finished streams {plan.reconnects} times"):
+            gaps, dups = finished_reconnects(
+                client, killed.job_ids, times=plan.reconnects, seed=plan.seed
+            )
+        with step(f"restarting Redis around {plan.restart_jobs} jobs"):
+            restarted = redis_restart(
+                lab, client, jobs=plan.restart_jobs, max_tokens=plan.max_tokens // 2
+            )
         log.info("Redis restart: %s", restarted)
         try:
-            dead_lettered = poison_job(lab, client, max_tokens=plan.max_tokens)
+            with step("a poison job"):
+                dead_lettered = poison_job(lab, client, max_tokens=plan.max_tokens)
         except Stalled as exc:
             log.error("poison job: %s", exc)
             killed.stalled_jobs += 1
@@ -638,17 +647,20 @@ def _failover_round(settings: Settings, plan: FaultPlan) -> dict[str, Any]:
     """Kill the Redis master of a Sentinel group under load; one worker follows it."""
     if plan.failover_jobs <= 0:
         return {}
-    with (
-        sentinel_lab() as sentinels,
-        fault_lab(settings, workers=1, sentinels=sentinels, logs_dir=plan.logs_dir) as lab,
-        Client(lab.settings) as client,
-    ):
-        report = failover_phase(
-            FailoverView(lab.settings, sentinels),
-            client,
-            jobs=plan.failover_jobs,
-            max_tokens=plan.max_tokens // 2,
-        )
+    with contextlib.ExitStack() as stack:
+        with step("starting a Sentinel group and its lab"):
+            sentinels = stack.enter_context(sentinel_lab())
+            lab = stack.enter_context(
+                fault_lab(settings, workers=1, sentinels=sentinels, logs_dir=plan.logs_dir)
+            )
+        client = stack.enter_context(Client(lab.settings))
+        with step(f"failing over the Redis master under {plan.failover_jobs} jobs"):
+            report = failover_phase(
+                FailoverView(lab.settings, sentinels),
+                client,
+                jobs=plan.failover_jobs,
+                max_tokens=plan.max_tokens // 2,
+            )
     return report.figures()
 
 

@@ -20,6 +20,7 @@ from bench.harness import (
     queued_ttft_ms,
     request_fields,
     rounded,
+    step,
 )
 from producer.gateway.keys import create_key
 from schemas.queues import Tier
@@ -41,6 +42,7 @@ def run_gateway(
                 lambda _index: gateway_ttft_ms(http, headers, rig, max_tokens),
                 lambda _index: queued_ttft_ms(rig, max_tokens),
                 samples=samples,
+                label="gateway and client, alternating",
             )
     return {
         "bench": "gateway",
@@ -84,16 +86,21 @@ def gateway_process(settings: Settings, port: int) -> Iterator[str]:
     process = subprocess.Popen(command, env={**os.environ, **env})
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise RuntimeError("the gateway did not start")
-            time.sleep(0.2)
+        with step("starting the gateway"):
+            _wait_healthy(url, process)
         yield url
     finally:
         stop_process(process, grace_s=10)
+
+
+def _wait_healthy(url: str, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or process.poll() is not None:
+            raise RuntimeError("the gateway did not start")
+        time.sleep(0.2)

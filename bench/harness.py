@@ -1,4 +1,7 @@
-"""What every benchmark needs: a direct engine, a queued worker, and the same prompt for both."""
+"""What every benchmark needs: a direct engine, a queued worker, the same prompt for both,
+and its progress on stderr (:func:`step` for what nobody counts, :func:`counted` for
+requests; stdout keeps only the figures).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import numpy as np
 
 from producer.client import Client
 from schemas.jobs import JobResult
+from schemas.progress import ProgressBar
 from schemas.queues import Tier
 from schemas.settings import Settings
 from workers.engine.base import SamplingOptions
@@ -21,6 +25,17 @@ from workers.models import resolve_model
 from workers.supervise import start_worker_process, stop_process, wait_until_warm
 
 BENCH_PROMPT = "What are your opening hours on weekends?"
+
+
+def step(what: str) -> ProgressBar:
+    """One step of a bench nobody counts (an engine starting, a trace replaying): on
+    stderr, its elapsed time while it runs, then how long it took. Use it in ``with``."""
+    return ProgressBar(what)
+
+
+def counted(what: str, total: int, *, unit: str = "requests") -> ProgressBar:
+    """A bar on stderr over ``total`` things (done/total, rate, ETA); ``advance()`` it."""
+    return ProgressBar(what, total, unit=unit)
 
 
 @dataclass
@@ -52,10 +67,12 @@ def bench_rig(
         log = (Path(scratch) / "worker.log").open("wb")
         worker = start_worker_process(settings, tier, concurrency=concurrency, output=log)
         engine = None
+        also = " and an engine in this process" if direct_engine else ""
         try:
-            if direct_engine:
-                engine = VllmEngine.start(model_path=model_path, config=config)
-            wait_until_warm(settings, tier, worker)
+            with step(f"starting a {tier} worker{also}"):
+                if direct_engine:
+                    engine = VllmEngine.start(model_path=model_path, config=config)
+                wait_until_warm(settings, tier, worker)
             with Client(settings) as client:
                 yield Rig(settings=settings, engine=engine, client=client, tier=tier)
         finally:
@@ -191,7 +208,11 @@ SETTLE_S = 0.05
 
 
 def paired_samples(
-    first: Callable[[int], float], second: Callable[[int], float], *, samples: int
+    first: Callable[[int], float],
+    second: Callable[[int], float],
+    *,
+    samples: int,
+    label: str = "paired samples",
 ) -> tuple[list[float], list[float]]:
     """Alternate ``first`` and ``second`` (each given the round number), after warm-up rounds.
 
@@ -199,14 +220,17 @@ def paired_samples(
     """
     a: list[float] = []
     b: list[float] = []
-    for index in range(PAIRED_WARMUP_ROUNDS + samples):
-        time.sleep(SETTLE_S)
-        x = first(index)
-        time.sleep(SETTLE_S)
-        y = second(index)
-        if index >= PAIRED_WARMUP_ROUNDS:
-            a.append(x)
-            b.append(y)
+    rounds = PAIRED_WARMUP_ROUNDS + samples
+    with counted(f"{label} ({PAIRED_WARMUP_ROUNDS} warm-up)", rounds, unit="pairs") as bar:
+        for index in range(rounds):
+            time.sleep(SETTLE_S)
+            x = first(index)
+            time.sleep(SETTLE_S)
+            y = second(index)
+            if index >= PAIRED_WARMUP_ROUNDS:
+                a.append(x)
+                b.append(y)
+            bar.advance()
     return a, b
 
 

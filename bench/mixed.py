@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.harness import percentile, rounded
+from bench.harness import percentile, rounded, step
 from bench.redis_server import RedisServer, free_port
 from bench.trace import Event, TracePlan, build_trace, describe
 from schemas.prompt_registry import PromptRegistry
@@ -673,9 +673,10 @@ def _prompt_texts(registry: PromptRegistry) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def _running(side: Side) -> Iterator[Side]:
+def _running(side: Side, *, label: str) -> Iterator[Side]:
     try:
-        side.start()
+        with step(f"{label}: starting"):
+            side.start()
         yield side
     finally:
         side.stop()
@@ -793,8 +794,12 @@ def run_mixed(
                 if name == "vllm"
                 else LlmqSide(settings, scratch / name, llmq_tier or settings.default_tier)
             )
-            with _running(side):
-                runs[name] = replay_side(side, events, plan, with_restart=with_restart)
+            with _running(side, label=f"{name} side ({side.tier} tier)"):
+                replaying = (
+                    f"{name} side: replaying {len(events)} requests over {plan.minutes:g} min"
+                )
+                with step(replaying):
+                    runs[name] = replay_side(side, events, plan, with_restart=with_restart)
             sides[name] = side
     return report(settings, plan, events, runs, sides, with_restart=with_restart)
 

@@ -21,11 +21,13 @@ from bench.harness import (
     SETTLE_S,
     StreamTiming,
     bench_rig,
+    counted,
     direct_timing,
     median,
     percentile,
     queued_timing,
     rounded,
+    step,
 )
 from schemas.queues import Tier
 from schemas.settings import Settings
@@ -46,10 +48,15 @@ def run_overhead(
     direct: list[StreamTiming] = []
     queued: list[StreamTiming] = []
     for block in range(blocks):
+        which = f"block {block + 1}/{blocks}"
         with engine_only(settings, tier) as engine:
-            direct += _block(_direct_sample(engine, block, max_tokens), per_block)
+            direct += _block(
+                _direct_sample(engine, block, max_tokens), per_block, label=f"direct, {which}"
+            )
         with bench_rig(settings, tier, concurrency=4, direct_engine=False) as rig:
-            queued += _block(lambda _i: queued_timing(rig, max_tokens), per_block)
+            queued += _block(
+                lambda _i: queued_timing(rig, max_tokens), per_block, label=f"queued, {which}"
+            )
     return _report(direct, queued, tier=tier, max_tokens=max_tokens, blocks=blocks)
 
 
@@ -63,25 +70,34 @@ def _direct_sample(
 
 
 @contextlib.contextmanager
-def engine_only(settings: Settings, tier: Tier) -> Iterator[VllmEngine]:
-    """The tier's engine in this process, with the worker's engine settings."""
+def engine_only(
+    settings: Settings, tier: Tier, *, concurrency: int | None = None
+) -> Iterator[VllmEngine]:
+    """The tier's engine in this process, with the worker's engine settings (and its
+    ``concurrency``, the batch it runs at most, where given)."""
     config = settings.tier(tier)
-    engine = VllmEngine.start(
-        model_path=resolve_model(config.model, settings.bundled_model_dir), config=config
-    )
+    if concurrency is not None:
+        config = config.model_copy(update={"concurrency": concurrency})
+    with step(f"starting a {tier} engine in this process"):
+        engine = VllmEngine.start(
+            model_path=resolve_model(config.model, settings.bundled_model_dir), config=config
+        )
     try:
         yield engine
     finally:
         engine.shutdown()
 
 
-def _block(sample: Callable[[int], StreamTiming], count: int) -> list[StreamTiming]:
+def _block(sample: Callable[[int], StreamTiming], count: int, *, label: str) -> list[StreamTiming]:
     taken = []
-    for index in range(PAIRED_WARMUP_ROUNDS + count):
-        time.sleep(SETTLE_S)
-        timing = sample(index)
-        if index >= PAIRED_WARMUP_ROUNDS:
-            taken.append(timing)
+    total = PAIRED_WARMUP_ROUNDS + count
+    with counted(f"{label} ({PAIRED_WARMUP_ROUNDS} warm-up)", total) as bar:
+        for index in range(total):
+            time.sleep(SETTLE_S)
+            timing = sample(index)
+            if index >= PAIRED_WARMUP_ROUNDS:
+                taken.append(timing)
+            bar.advance()
     return taken
 
 

@@ -25,7 +25,16 @@ from typing import Any
 import httpx
 
 from bench.gateway import gateway_process
-from bench.harness import BENCH_PROMPT, StreamClock, StreamTiming, median, percentile, rounded
+from bench.harness import (
+    BENCH_PROMPT,
+    StreamClock,
+    StreamTiming,
+    counted,
+    median,
+    percentile,
+    rounded,
+    step,
+)
 from bench.redis_server import RedisServer, free_port
 from producer.gateway.keys import create_key
 from schemas.queues import Tier
@@ -74,11 +83,14 @@ def run_peer(settings: Settings, *, tier: Tier, plan: PeerPlan) -> dict[str, Any
     import openai  # the test extra; a user's own client
 
     samples = {side: SideSamples() for side in SIDES}
-    for _block in range(plan.blocks):
+    for block in range(plan.blocks):
         for side in SIDES:
-            with _server(side, settings, tier, plan.concurrency) as endpoint:
+            which = f"{side}, block {block + 1}/{plan.blocks}"
+            with contextlib.ExitStack() as stack:
+                with step(f"{which}: starting its server"):
+                    endpoint = stack.enter_context(_server(side, settings, tier, plan.concurrency))
                 sdk = openai.OpenAI(base_url=endpoint.base_url + "/v1", api_key=endpoint.api_key)
-                _measure(sdk, endpoint.model, plan, samples[side])
+                _measure(sdk, endpoint.model, plan, samples[side], label=which)
     return _report(samples, tier, plan)
 
 
@@ -205,16 +217,17 @@ def stream_once(sdk: Any, model: str, max_tokens: int) -> StreamTiming:
     return clock.timing()
 
 
-def _measure(sdk: Any, model: str, plan: PeerPlan, samples: SideSamples) -> None:
+def _measure(sdk: Any, model: str, plan: PeerPlan, samples: SideSamples, *, label: str) -> None:
     for _ in range(WARMUP_REQUESTS):
         stream_once(sdk, model, plan.max_tokens)
-    for _ in range(plan.single):
+    for _ in counted(f"{label}: single streams", plan.single).track(range(plan.single)):
         timing = stream_once(sdk, model, plan.max_tokens)
         samples.ttft_ms.append(timing.ttft_ms)
         samples.total_ms.append(timing.total_ms)
         if timing.itl_ms is not None:
             samples.itl_ms.append(timing.itl_ms)
-    for _ in range(plan.rounds):
+    what = f"{label}: {plan.concurrency} at once"
+    for _ in counted(what, plan.rounds, unit="rounds").track(range(plan.rounds)):
         samples.tok_s.append(
             concurrent_tok_s(lambda: stream_once(sdk, model, plan.max_tokens), plan)
         )

@@ -13,10 +13,12 @@ from bench.harness import (
     SETTLE_S,
     Rig,
     bench_rig,
+    counted,
     median,
     percentile,
     queued_ttft_ms,
     rounded,
+    step,
 )
 from producer.client import Client
 from schemas.jobs import JobStatus
@@ -50,14 +52,21 @@ def run_priority(
         raise ValueError(f"a p99 needs at least {MIN_P99_SAMPLES} samples, not {samples}")
     shares = slot_shares(settings.tier(tier), concurrency)
     with bench_rig(settings, tier, concurrency=concurrency, direct_engine=False) as rig:
-        idle = _interactive_samples(rig, samples, max_tokens, warmup=PAIRED_WARMUP_ROUNDS)
+        idle = _interactive_samples(
+            rig, samples, max_tokens, warmup=PAIRED_WARMUP_ROUNDS, label="idle worker"
+        )
         backlog = [
             rig.client.submit(_batch_request(i, batch_max_tokens), tier=tier, priority="batch")
-            for i in range(batch_jobs)
+            for i in counted("queueing the batch flood", batch_jobs, unit="jobs").track(
+                range(batch_jobs)
+            )
         ]
-        _wait_until_batch_fills(rig.client, shares.batch_max)
+        with step(f"waiting for the worker to fill its {shares.batch_max} batch slots"):
+            _wait_until_batch_fills(rig.client, shares.batch_max)
         started = utcnow()
-        loaded = _interactive_samples(rig, samples, max_tokens, warmup=0)
+        loaded = _interactive_samples(
+            rig, samples, max_tokens, warmup=0, label="worker busy with the flood"
+        )
         batch_during = _batch_done_since(rig.client, started)
         queued_after = sum(rig.client.status(h.job_id) is JobStatus.QUEUED for h in backlog)
         for handle in backlog:  # the rest is not part of the figure
@@ -90,9 +99,12 @@ def _batch_request(index: int, max_tokens: int) -> dict[str, object]:
     }
 
 
-def _interactive_samples(rig: Rig, samples: int, max_tokens: int, *, warmup: int) -> list[float]:
+def _interactive_samples(
+    rig: Rig, samples: int, max_tokens: int, *, warmup: int, label: str
+) -> list[float]:
     values = []
-    for index in range(warmup + samples):
+    what = f"interactive TTFT, {label}" + (f" ({warmup} warm-up)" if warmup else "")
+    for index in counted(what, warmup + samples).track(range(warmup + samples)):
         time.sleep(SETTLE_S)
         ttft = queued_ttft_ms(rig, max_tokens)
         if index >= warmup:

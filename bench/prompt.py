@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.harness import bench_rig, median, queued_sample, rounded
+from bench.harness import bench_rig, counted, median, queued_sample, rounded, step
 from bench.warm import QUESTIONS
 from producer.prompts.cli import DEFAULT_GATE_TAG, token_counter
 from producer.prompts.compress import compress
@@ -63,13 +63,14 @@ def run_prompt(
         original = registry.resolve(prompt, tier=tier)
         count = token_counter(settings, tier)
         original_tokens = count(original.text)
-        result = compress(
-            original.text,
-            count=count,
-            embed=load_embedder(),
-            target_tokens=original_tokens // 2,
-            keep_examples=keep_examples,
-        )
+        with step(f"compressing {prompt} ({original_tokens} tokens)"):
+            result = compress(
+                original.text,
+                count=count,
+                embed=load_embedder(),
+                target_tokens=original_tokens // 2,
+                keep_examples=keep_examples,
+            )
         compressed = register_version(folder, registry, original, result.text)
         gate_cases = [c for c in load_cases() if DEFAULT_GATE_TAG in c.tags][:cases]
         if not gate_cases:
@@ -79,10 +80,13 @@ def run_prompt(
             _worker_env("LLMQ_PROMPTS_DIR", str(folder)),
             bench_rig(settings, tier, concurrency=8, direct_engine=False) as rig,
         ):
-            wait_for_prompts(rig.client, tier, [original.ref, compressed.ref])
+            with step("waiting for the worker to load both versions"):
+                wait_for_prompts(rig.client, tier, [original.ref, compressed.ref])
             cold: dict[str, list[float]] = {original.ref: [], compressed.ref: []}
             warm: dict[str, list[float]] = {original.ref: [], compressed.ref: []}
-            for index in range(samples):
+            for index in counted("cold TTFT, both versions", samples, unit="pairs").track(
+                range(samples)
+            ):
                 question = QUESTIONS[index % len(QUESTIONS)]
                 for version in (original, compressed):
                     marker = f"[{uuid.uuid4().hex[:12]}] "
@@ -95,7 +99,8 @@ def run_prompt(
                         "temperature": 0.0,
                     }
                     cold[version.ref].append(queued_sample(rig, inline)[0])
-            for index in range(-1, samples):  # -1: one unmeasured request to cache each
+            warming = counted("warm TTFT, both versions (1 to cache)", samples + 1, unit="pairs")
+            for index in warming.track(range(-1, samples)):  # -1: one unmeasured, to cache each
                 question = QUESTIONS[(index + samples) % len(QUESTIONS)]
                 for version in (original, compressed):
                     named = {

@@ -13,9 +13,11 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from bench.harness import counted
 from producer.client import Client
 from producer.quality.blocks import worker_block
 from producer.quality.cases import load_bench_pool
+from producer.quality.gate import counting_answers
 from producer.quality.runner import CaseAnswer, run_cases
 from producer.quality.scoring import score
 from producer.router.classifier import DifficultyClassifier
@@ -47,17 +49,22 @@ def measure_real_tiers(
             mine = [case for case in chosen if routed[case.id] == tier]
             if not mine and tier != Tier.LARGE:
                 continue
-            with worker_block(settings, tier):
+            todo = chosen if tier == Tier.LARGE else mine
+            bar = counted(f"measured, {tier} tier", len(todo), unit="cases")
+            with bar, worker_block(settings, tier, say=bar.say):
+                run = run_cases(
+                    client,
+                    tier,
+                    todo,
+                    max_tokens=max_tokens,
+                    concurrency=concurrency,
+                    on_answer=counting_answers(bar),
+                )
                 if tier == Tier.LARGE:
                     # Greedy answers of the same model: routed-large cases reuse these.
-                    all_large = run_cases(
-                        client, tier, chosen, max_tokens=max_tokens, concurrency=concurrency
-                    ).answers
+                    all_large = run.answers
                     answers.update({case.id: all_large[case.id] for case in mine})
                 else:
-                    run = run_cases(
-                        client, tier, mine, max_tokens=max_tokens, concurrency=concurrency
-                    )
                     answers.update(run.answers)
 
     def mean_ms(found: dict[str, CaseAnswer]) -> float:

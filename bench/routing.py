@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness import median
+from bench.harness import counted, median, step
 from producer.router.classifier import DifficultyClassifier
 from producer.router.dataset import load_examples
 from producer.router.policy import TIER_ORDER, PolicyConfig, apply_policy
@@ -47,16 +47,19 @@ def simulate(
     by_tier = {tier: [e.text for e in load_examples() if e.tier is tier] for tier in Tier}
     tiers = profile["tiers"]
     routed_ms, large_ms, routed_cost, large_cost, under = [], [], 0.0, 0.0, 0
-    for _ in range(requests):
-        true_tier = rng.choices(list(mix), weights=list(mix.values()))[0]
-        text = rng.choice(by_tier[true_tier])
-        routed = apply_policy(classifier.predict(text), policy).tier
-        tokens = output_tokens
-        routed_ms.append(_latency(tiers[routed.value], tokens))
-        large_ms.append(_latency(tiers["large"], tokens))
-        routed_cost += tokens * tiers[routed.value]["cost_per_1k_output_tokens"] / 1000
-        large_cost += tokens * tiers["large"]["cost_per_1k_output_tokens"] / 1000
-        under += TIER_ORDER.index(routed) < TIER_ORDER.index(true_tier)
+    bar = counted(f"simulating on the {profile['name']} profile", requests)
+    with bar:
+        for _ in range(requests):
+            true_tier = rng.choices(list(mix), weights=list(mix.values()))[0]
+            text = rng.choice(by_tier[true_tier])
+            routed = apply_policy(classifier.predict(text), policy).tier
+            tokens = output_tokens
+            routed_ms.append(_latency(tiers[routed.value], tokens))
+            large_ms.append(_latency(tiers["large"], tokens))
+            routed_cost += tokens * tiers[routed.value]["cost_per_1k_output_tokens"] / 1000
+            large_cost += tokens * tiers["large"]["cost_per_1k_output_tokens"] / 1000
+            under += TIER_ORDER.index(routed) < TIER_ORDER.index(true_tier)
+            bar.advance()
     routed_mean, large_mean = statistics.mean(routed_ms), statistics.mean(large_ms)
     return {
         "profile": profile["name"],
@@ -80,11 +83,13 @@ def measure_local_profile(settings: Settings) -> dict[str, Any]:
     """
     config = settings.tier(Tier.SMALL)
     path = resolve_model(config.model, settings.bundled_model_dir)
-    engine = VllmEngine.start(model_path=path, config=config)
+    with step("local profile: starting the small engine"):
+        engine = VllmEngine.start(model_path=path, config=config)
     try:
         prompt = engine.render_chat([{"role": "user", "content": "Explain what a queue is."}])
         ttfts, tpots = [], []
-        for index in range(6):
+        timing = counted("local profile: timing answers (1 warm-up)", 6)
+        for index in timing.track(range(6)):
             started = time.perf_counter()
             first = last = None
             tokens = 0

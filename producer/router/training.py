@@ -23,6 +23,7 @@ from producer.router.embedding import StaticEmbedder
 from producer.router.evaluation import evaluate_router
 from producer.router.policy import PolicyConfig
 from producer.router.softmax_head import TIERS, HeadConfig, Matrix, train_head
+from schemas.progress import ProgressBar
 from schemas.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -31,38 +32,49 @@ TEACHER = "sentence-transformers/all-MiniLM-L6-v2"
 
 
 def train_router(
-    settings: Settings, *, seed: int = 7, extra: list[Example] | None = None
+    settings: Settings,
+    *,
+    seed: int = 7,
+    extra: list[Example] | None = None,
+    progress: bool = False,
 ) -> tuple[Path, dict[str, Any]]:
-    """Train on the repository's data (plus ``extra`` training examples); return path, metrics."""
+    """Train on the repository's data (plus ``extra`` training examples); return path, metrics.
+
+    With ``progress``, each step shows a bar (or its phase and elapsed time) on stderr.
+    """
     examples = load_examples() + list(extra or [])
     train = [e for e in examples if e.split == "train"]
     validation = [e for e in examples if e.split == "validation"]
     model_dir = teacher_dir()
-    vectors = contextual_vectors(
-        model_dir, base_vectors(settings, model_dir), [e.text for e in train]
-    )
+    base = base_vectors(settings, model_dir, progress=progress)
+    with ProgressBar("contextual vectors", len(train), unit="texts", enabled=progress) as bar:
+        vectors = contextual_vectors(model_dir, base, [e.text for e in train], on_progress=bar)
     tokenizer_json = (model_dir / "tokenizer.json").read_text()
     config = HeadConfig(seed=seed)
-    mean, scale, weights, bias = fit(tokenizer_json, vectors, train, config)
-    policy = PolicyConfig(settings.router_large_threshold, settings.router_min_confidence)
-    vocabulary = set(Tokenizer.from_str(tokenizer_json).get_vocab())
-    known_words = training_words([e.text for e in train], vocabulary)
-    draft = RouterArtifact(
-        tokenizer_json, vectors, mean, scale, weights, bias, {"known_words": known_words}
-    )
-    metrics = evaluate_router(DifficultyClassifier(draft), policy, validation).as_dict()
-    metadata = {
-        "known_words": known_words,
-        "teacher": TEACHER,
-        "data_hash": data_hash(examples),
-        "train_examples": len(train),
-        "validation_examples": len(validation),
-        "head": asdict(config),
-        "policy": asdict(policy),
-        "validation": metrics,
-    }
-    artifact = RouterArtifact(tokenizer_json, vectors, mean, scale, weights, bias, metadata)
-    return save_artifact(artifact, settings.router_folder), metadata
+    with ProgressBar("router head", enabled=progress) as steps:
+        steps.phase(f"fitting {config.epochs} epochs on {len(train)} examples")
+        mean, scale, weights, bias = fit(tokenizer_json, vectors, train, config)
+        steps.phase(f"scoring {len(validation)} validation examples")
+        policy = PolicyConfig(settings.router_large_threshold, settings.router_min_confidence)
+        vocabulary = set(Tokenizer.from_str(tokenizer_json).get_vocab())
+        known_words = training_words([e.text for e in train], vocabulary)
+        draft = RouterArtifact(
+            tokenizer_json, vectors, mean, scale, weights, bias, {"known_words": known_words}
+        )
+        metrics = evaluate_router(DifficultyClassifier(draft), policy, validation).as_dict()
+        metadata = {
+            "known_words": known_words,
+            "teacher": TEACHER,
+            "data_hash": data_hash(examples),
+            "train_examples": len(train),
+            "validation_examples": len(validation),
+            "head": asdict(config),
+            "policy": asdict(policy),
+            "validation": metrics,
+        }
+        artifact = RouterArtifact(tokenizer_json, vectors, mean, scale, weights, bias, metadata)
+        steps.phase("saving the artifact")
+        return save_artifact(artifact, settings.router_folder), metadata
 
 
 def fit(
@@ -79,13 +91,15 @@ def fit(
     return mean, scale, weights, bias
 
 
-def base_vectors(settings: Settings, model_dir: Path) -> Matrix:
+def base_vectors(settings: Settings, model_dir: Path, *, progress: bool = False) -> Matrix:
     """The single-token distillation, computed once per host and cached."""
     cache = settings.router_folder / "base-vectors.npy"
     if cache.is_file():
         cached: Matrix = np.load(cache)
         return cached
-    vectors = distill(model_dir)
+    # A phase line while the encoder loads, a bar once the first batch is encoded.
+    with ProgressBar("distilling the encoder", unit="tokens", enabled=progress) as bar:
+        vectors = distill(model_dir, on_progress=bar)
     cache.parent.mkdir(parents=True, exist_ok=True)
     np.save(cache, vectors)
     return vectors

@@ -113,3 +113,29 @@ def test_routing_gets_every_keyword_its_function_takes(monkeypatch: pytest.Monke
     assert set(seen) == set(list(real.parameters)[3:])
     assert seen["mix"] == {Tier.SMALL: 0.6, Tier.MEDIUM: 0.25, Tier.LARGE: 0.15}
     assert seen["profile_path"] == Path("deploy/profiles/gpu-h100.json")
+
+
+def test_a_bench_says_what_it_runs_and_how_long_it_took_on_stderr_only(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import bench.warm
+
+    monkeypatch.setattr(bench.warm, "run_warm", lambda settings, **values: {"bench": "warm"})
+    assert main(["bench", "warm", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert out == '{"bench": "warm"}\n'
+    assert err.startswith("llmq bench warm: TTFT: cold engine vs warmed worker")
+    assert "llmq bench warm: finished in " in err
+
+
+def test_paired_samples_show_a_bar_over_warm_up_and_samples(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import harness
+
+    monkeypatch.setattr(harness, "SETTLE_S", 0.0)
+    a, b = harness.paired_samples(float, lambda i: -float(i), samples=4, label="gateway")
+    assert a == [3.0, 4.0, 5.0, 6.0] and b == [-3.0, -4.0, -5.0, -6.0]
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "gateway (3 warm-up) [" in err and "7/7 pairs 100%" in err

@@ -223,3 +223,13 @@ def test_a_step_inside_a_step_has_the_terminal_line_until_it_ends(
     assert "starting the gateway: done in" in lines[1]
     assert "starting the server: done in" in lines[2]
     assert "starting the server (" in lines[2]  # it drew again once the inner one ended
+
+
+def test_a_phase_line_becomes_a_bar_once_the_total_is_known() -> None:
+    # llmq router train: the encoder loads (nothing counted yet), then batches are counted.
+    made, out = bar(None, tty=False)
+    made(50, 100)
+    made(100, 100)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "work..."
+    assert "50/100 50%" in lines[1] and "100/100 100%" in lines[2] and len(lines) == 3
