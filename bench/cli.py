@@ -171,12 +171,14 @@ BENCHES: tuple[Bench, ...] = (
     ),
     Bench(
         "batching",
-        "tokens/s: direct 1 and N vs queued N",
+        "tokens/s vs requests at once (1, 2, 4, 8, 16), direct vs queued",
         "bench.batching:run_batching",
         (
-            opt("--concurrency", default=16, help="requests at once (N)"),
+            opt("--concurrency", default=16, help="requests at once of the headline figures (N)"),
             opt("--rounds", default=3, help="rounds per side (figures are medians)"),
             opt("--max-tokens", default=64, help="tokens per answer"),
+            opt("--levels", default="1,2,4,8,16", type=str, help="requests at once, swept"),
+            opt("--waves", default=2, help="requests each in-flight slot sends per level"),
         ),
     ),
     Bench(

@@ -30,7 +30,8 @@ Result = dict[str, Any]
 # Smaller samples for --quick: the whole suite in under ten minutes on a 2-core CPU.
 QUICK: dict[str, dict[str, Any]] = {
     "overhead": {"samples": 10, "blocks": 1},
-    "batching": {"rounds": 1, "concurrency": 8},
+    # The whole 1-16 sweep, one round, each slot sending one request per level.
+    "batching": {"rounds": 1, "waves": 1},
     "warm": {},
     "gateway": {"samples": 10},
     "priority": {"samples": 20, "batch_jobs": 100},

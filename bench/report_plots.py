@@ -169,9 +169,12 @@ def cold_vs_warm(results: dict[str, Result], out: Path) -> Figure | None:
 
 
 def throughput(results: dict[str, Result], out: Path) -> Figure | None:
+    """Tokens/s vs requests at once, direct and queued (the sweep); bars for older JSON."""
     batching = results.get("batching")
     if not batching:
         return None
+    if batching.get("levels"):
+        return _throughput_sweep(batching, out)
     n = batching.get("concurrency", 16)
     labels = ["direct, 1 at a time", f"direct, {n} at once", f"queued, {n} at once"]
     values = [
@@ -189,7 +192,71 @@ def throughput(results: dict[str, Result], out: Path) -> Figure | None:
         "Throughput: continuous batching, direct vs through the queue",
         f"Concurrent requests share the engine's steps. Through the queue llmq keeps "
         f"{batching.get('queued_over_direct', '?')} of the direct engine's throughput at "
-        f"{n} at once. (The bench measures 1 and {n}; a sweep over 2, 4 and 8 is not in it.)",
+        f"{n} at once. (This result has no sweep over 2, 4 and 8: rerun llmq bench batching.)",
+    )
+
+
+def _throughput_sweep(batching: Result, out: Path) -> Figure:
+    levels = [int(x) for x in batching["levels"]]
+    direct = [float(x) for x in batching.get("direct_tok_s_by_level", [])]
+    queued = [float(x) for x in batching.get("queued_tok_s_by_level", [])]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2), gridspec_kw={"width_ratios": [3, 2]})
+    # Labels above the direct line and below the queued one: the two often run close.
+    for name, values, color, marker, (offset, align) in (
+        ("direct engine", direct, COLORS["direct"], "s", (7, "bottom")),
+        ("through the queue", queued, COLORS["queued"], "o", (-7, "top")),
+    ):
+        if len(values) != len(levels):
+            continue
+        left.plot(levels, values, marker=marker, color=color, label=name)
+        for level, value in zip(levels, values, strict=True):
+            left.annotate(
+                _num(value),
+                (level, value),
+                textcoords="offset points",
+                xytext=(0, offset),
+                ha="center",
+                va=align,
+                fontsize=8,
+                color=color,
+            )
+    left.set_xscale("log", base=2)
+    left.set_xticks(levels, [str(level) for level in levels])
+    left.set_xlabel("requests at once")
+    left.set_ylabel("output tokens per second")
+    left.set_ylim(0, max([*direct, *queued, 1.0]) * 1.2)
+    left.grid(alpha=0.3)
+    left.legend(loc="upper left")
+    if len(direct) == len(queued) == len(levels):
+        ratios = [q / d if d else 0.0 for q, d in zip(queued, direct, strict=True)]
+        bars = right.bar([str(level) for level in levels], ratios, color=COLORS["queued"])
+        right.bar_label(bars, labels=[f"{r:.2f}" for r in ratios], padding=2, fontsize=8)
+        right.axhline(1.0, color=COLORS["direct"], linestyle="--", linewidth=1)
+        right.set_ylim(0, max([*ratios, 1.0]) * 1.2)
+    right.set_xlabel("requests at once")
+    right.set_ylabel("queued / direct tokens/s")
+    right.set_title("what the queue keeps of the engine's throughput", fontsize=10)
+    requests = batching.get("requests_per_level") or levels
+    rounds = batching.get("rounds", "?")
+    rounds_text = f"{rounds} round{'' if rounds == 1 else 's'}"
+    per_level = ", ".join(map(str, requests))
+    sample = (
+        f"Quick run: {rounds_text}, {per_level} requests per level (one per in-flight "
+        "slot): rough figures."
+        if batching.get("quick")
+        else f"Median of {rounds_text}; {per_level} requests per level."
+    )
+    speedup = direct[-1] / direct[0] if direct and direct[0] else None
+    return _save(
+        fig,
+        out,
+        "throughput",
+        "Throughput vs concurrency, direct vs through the queue",
+        f"Concurrent requests share the engine's steps (continuous batching): at "
+        f"{levels[-1]} at once the engine makes "
+        f"{'?' if speedup is None else f'{speedup:.1f}x'} the tokens/s of one request. "
+        f"Right: the share the queue path keeps at each level (1.0: all of it). {sample} "
+        f"{batching.get('max_tokens', '?')} tokens per answer, {batching.get('tier', '?')} tier.",
     )
 
 
