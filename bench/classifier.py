@@ -1,4 +1,9 @@
-"""``llmq bench classifier``: single-query latency (embedding included) and quality."""
+"""``llmq bench classifier``: single-query latency (embedding included) and quality.
+
+Quality is the router as it routes (classifier plus policy) on the validation split, the
+labelled requests it was not trained on: accuracy, large-tier recall, per-tier
+precision and recall, and the confusion matrix (rows: labelled tier, columns: routed).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from producer.router.classifier import DifficultyClassifier
 from producer.router.dataset import load_examples
 from producer.router.evaluation import evaluate_router
 from producer.router.policy import PolicyConfig, apply_policy
+from schemas.queues import Tier
 
 WARMUP = 50
 
@@ -44,4 +50,11 @@ def run_classifier_bench(
         "large_recall": round(quality.recall["large"], 4),
         "validation_examples": len(validation),
         "artifact_data_hash": classifier.metadata.get("data_hash"),
+        # Rows: labelled tier; columns: the tier routed to (classifier plus policy).
+        "labels": [tier.value for tier in Tier],
+        "confusion": quality.confusion,
+        "precision": {tier: round(value, 4) for tier, value in quality.precision.items()},
+        "recall": {tier: round(value, 4) for tier, value in quality.recall.items()},
+        # Every timed decision, for the report's latency distribution.
+        "latency_samples_ms": [round(t, 4) for t in timings],
     }

@@ -259,7 +259,7 @@ BENCHES: tuple[Bench, ...] = (
     ),
     Bench(
         "classifier",
-        "routing classifier latency and accuracy",
+        "routing classifier latency, accuracy and confusion on held-out requests",
         _classifier,
         (
             opt(*SAMPLES, default=1000, help="timed routing decisions"),

@@ -260,54 +260,127 @@ def _throughput_sweep(batching: Result, out: Path) -> Figure:
     )
 
 
-def classifier_and_routing(results: dict[str, Result], out: Path) -> Figure | None:
-    classifier, routing = results.get("classifier"), results.get("routing")
-    if not classifier and not routing:
+def classifier(results: dict[str, Result], out: Path) -> Figure | None:
+    """The router's confusion matrix on its held-out requests, and its latency per decision."""
+    result = results.get("classifier")
+    if not result:
         return None
-    panels = int(bool(classifier)) + int(bool(routing))
-    fig, axes = plt.subplots(1, panels, figsize=(9, 4), squeeze=False)
-    index = 0
-    if classifier:
-        ax = axes[0][index]
-        index += 1
-        labels = ["p50", "p99"]
-        values = [float(classifier.get("p50_ms", 0)), float(classifier.get("p99_ms", 0))]
-        if "teacher_encode_p50_ms" in classifier:
-            labels.append("full encoder p50")
-            values.append(float(classifier["teacher_encode_p50_ms"]))
-        _bars(ax, labels, values, [COLORS["queued"]] * 2 + [COLORS["direct"]], "ms")
-        ax.axhline(5, color="#1a7f37", linestyle="--", linewidth=1, label="p50 budget 5 ms")
-        ax.set_ylabel("ms per routing decision")
-        ax.set_title(
-            f"classifier: accuracy {classifier.get('accuracy', '?')}, "
-            f"large recall {classifier.get('large_recall', '?')}",
+    confusion = result.get("confusion")
+    panels = 2 if confusion else 1
+    fig, axes = plt.subplots(1, panels, figsize=(10 if confusion else 7, 4.4), squeeze=False)
+    if confusion:
+        _confusion(axes[0][0], confusion, result.get("labels") or ["small", "medium", "large"])
+        axes[0][0].set_title(
+            f"{result.get('validation_examples', '?')} held-out requests, accuracy "
+            f"{result.get('accuracy', '?')}",
             fontsize=10,
         )
-        ax.legend()
-    if routing:
-        ax = axes[0][index]
-        profiles = routing.get("profiles") or [routing]
-        names = [str(p.get("profile", "profile")) for p in profiles]
-        routed = [float(p.get("routed_mean_ms", 0)) for p in profiles]
-        large = [float(p.get("all_large_mean_ms", 0)) for p in profiles]
-        x = np.arange(len(names))
-        a = ax.bar(x - 0.2, routed, 0.4, label="routed", color=COLORS["queued"])
-        b = ax.bar(x + 0.2, large, 0.4, label="all to large", color=COLORS["vllm"])
-        ax.bar_label(a, fmt="%.0f", padding=2)
-        ax.bar_label(b, fmt="%.0f", padding=2)
-        ax.set_xticks(x, [_measured_or_simulated(n) for n in names], fontsize=8)
-        ax.set_ylabel("mean request latency (ms)")
-        ax.set_title(f"routing, relative cost {routing.get('relative_cost', '?')}", fontsize=10)
-        ax.legend()
+    _classifier_latency(axes[0][panels - 1], result)
+    n = result.get("n", "?")
+    return _save(
+        fig,
+        out,
+        "classifier",
+        "Classifier: confusion on held-out requests, latency per decision",
+        "Left: the tier the router picks (classifier plus policy) for each labelled request "
+        "of the validation split it never trained on; rows are the labelled tier, columns "
+        "the routed one, each cell the count and its share of the row. Above the diagonal "
+        "costs money (a bigger model than needed), below it costs quality. Right: the time "
+        f"of one routing decision, embedding included, over {n} requests new to it, "
+        "against the 5 ms budget.",
+    )
+
+
+def _confusion(ax: Axes, confusion: list[list[int]], labels: list[str]) -> None:
+    counts = np.asarray(confusion, dtype=float)
+    rows = counts.sum(axis=1, keepdims=True)
+    shares = np.divide(counts, rows, out=np.zeros_like(counts), where=rows > 0)
+    ax.imshow(shares, cmap="Blues", vmin=0, vmax=1)
+    for (i, j), count in np.ndenumerate(counts):
+        color = "white" if shares[i, j] > 0.6 else "#222"
+        ax.text(j, i, f"{count:.0f}\n{shares[i, j]:.0%}", ha="center", va="center", color=color)
+    ticks = range(len(labels))
+    ax.set_xticks(ticks, labels)
+    ax.set_yticks(ticks, labels)
+    ax.set_xlabel("routed tier (predicted)")
+    ax.set_ylabel("labelled tier")
+
+
+def _classifier_latency(ax: Axes, result: Result) -> None:
+    p50, p99 = float(result.get("p50_ms", 0)), float(result.get("p99_ms", 0))
+    samples = result.get("latency_samples_ms")
+    if samples:
+        _cdf(ax, samples, "routing decision", COLORS["queued"])
+        for value, name, style in ((p50, "p50", "-"), (p99, "p99", ":")):
+            ax.axvline(value, color=COLORS["queued"], linestyle=style, linewidth=1)
+            ax.annotate(
+                f"{name} {value:.3g} ms",
+                (value, 0.05 if name == "p50" else 0.15),
+                textcoords="offset points",
+                xytext=(4, 0),
+                fontsize=8,
+            )
+        ax.axvline(5, color="#1a7f37", linestyle="--", linewidth=1, label="budget 5 ms")
+        ax.set_xscale("log")
+        ax.set_xlabel("ms per routing decision (log scale)")
+        ax.set_ylabel("share of decisions at or below")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+    else:
+        labels, values = ["p50", "p99"], [p50, p99]
+        _bars(ax, labels, values, [COLORS["queued"]] * 2, "ms")
+        ax.axhline(5, color="#1a7f37", linestyle="--", linewidth=1, label="budget 5 ms")
+        ax.set_ylabel("ms per routing decision")
+    title = f"p50 {p50:.3g} ms, p99 {p99:.3g} ms"
+    if "teacher_encode_p50_ms" in result:
+        title += f" (full encoder: p50 {float(result['teacher_encode_p50_ms']):.3g} ms)"
+    ax.set_title(title, fontsize=10)
+    ax.legend(loc="center right")
+
+
+def routing(results: dict[str, Result], out: Path) -> Figure | None:
+    """Routed vs all-large mean latency: this host's real tiers (measured), the profiles
+    (a simulated mix)."""
+    result = results.get("routing")
+    if not result:
+        return None
+    groups: list[tuple[str, float, float]] = []
+    if result.get("measured_routed_mean_ms") is not None:
+        groups.append(
+            (
+                f"this host's tiers\n(measured, {result.get('measured_cases', '?')} cases)",
+                float(result["measured_routed_mean_ms"]),
+                float(result.get("measured_all_large_mean_ms", 0)),
+            )
+        )
+    for profile in result.get("profiles") or [result]:
+        groups.append(
+            (
+                _measured_or_simulated(str(profile.get("profile", "profile"))),
+                float(profile.get("routed_mean_ms", 0)),
+                float(profile.get("all_large_mean_ms", 0)),
+            )
+        )
+    fig, ax = plt.subplots(figsize=(9, 4.2))
+    x = np.arange(len(groups))
+    a = ax.bar(x - 0.2, [g[1] for g in groups], 0.4, label="routed", color=COLORS["queued"])
+    b = ax.bar(x + 0.2, [g[2] for g in groups], 0.4, label="all to large", color=COLORS["vllm"])
+    ax.bar_label(a, fmt="%.0f", padding=2)
+    ax.bar_label(b, fmt="%.0f", padding=2)
+    ax.set_xticks(x, [g[0] for g in groups], fontsize=8)
+    ax.set_ylabel("mean request latency (ms)")
+    ax.set_title(f"simulated relative cost {result.get('relative_cost', '?')}", fontsize=10)
+    ax.legend()
     return _save(
         fig,
         out,
         "routing",
-        "Routing: classifier speed, routed vs all-large",
-        "Left: one routing decision, embedding included, against the 5 ms budget. Right: a "
-        "mixed workload routed by the classifier vs everything on the large tier; each "
-        "profile is labelled measured (this machine's engine) or simulated (a latency "
-        "profile of GPU tiers).",
+        "Routing: routed vs all-large",
+        "Mean latency of a mixed workload routed by the classifier vs everything on the "
+        "large tier. Each group is labelled: measured (the shipped cases run on this host's "
+        "real tiers, one engine at a time), or simulated (a drawn mix served at a latency "
+        "profile: the local one measured on this machine's engine, the GPU one published "
+        "figures).",
     )
 
 
@@ -380,7 +453,8 @@ DRAWERS: tuple[Callable[[dict[str, Result], Path], Figure | None], ...] = (
     interactive_under_load,
     cold_vs_warm,
     throughput,
-    classifier_and_routing,
+    classifier,
+    routing,
     batch_throughput,
     faults,
 )

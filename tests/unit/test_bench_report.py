@@ -29,7 +29,8 @@ def test_every_plot_is_a_png_and_the_page_references_only_files_that_exist(built
     page = built.read_text()
     references = re.findall(r"(?:src|href)='([^'#]+)'", page)
     images = [r for r in references if r.endswith(".png")]
-    assert len(images) == 7  # TTFT, under load, cold/warm, throughput, routing, batch, faults
+    # TTFT, under load, cold/warm, throughput, classifier, routing, batch, faults
+    assert len(images) == 8
     for name in references:
         assert (built.parent / name).is_file(), name
     for name in images:

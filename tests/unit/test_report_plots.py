@@ -1,4 +1,4 @@
-"""The report's plot of the concurrency sweep, drawn from JSON alone."""
+"""The report's plots of the concurrency sweep and the classifier, drawn from JSON alone."""
 
 from __future__ import annotations
 
@@ -52,6 +52,40 @@ def test_an_older_result_without_the_sweep_still_gets_its_bars(tmp_path: Path) -
     figure = report_plots.throughput({"batching": old}, tmp_path)
     assert figure is not None and "no sweep" in figure.caption
     assert (tmp_path / figure.file).is_file()
+
+
+def test_the_classifier_figure_draws_the_confusion_matrix_and_latency(tmp_path: Path) -> None:
+    figure = report_plots.classifier({"classifier": fixture("classifier")}, tmp_path)
+    assert figure is not None and figure.anchor == "classifier"
+    assert "rows are the labelled tier" in figure.caption
+    assert png_size(tmp_path / figure.file)[0] >= 900
+    # The matrix itself: a count and its share of the row in each cell.
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    report_plots._confusion(ax, [[52, 6, 2], [3, 30, 5], [0, 1, 21]], ["s", "m", "l"])
+    cells = [text.get_text() for text in ax.texts]
+    plt.close(fig)
+    assert cells[0] == "52\n87%" and cells[2] == "2\n3%" and cells[8] == "21\n95%"
+    assert len(cells) == 9
+
+
+def test_a_classifier_result_without_a_matrix_draws_latency_alone(tmp_path: Path) -> None:
+    old = {"bench": "classifier", "p50_ms": 0.12, "p99_ms": 0.4, "accuracy": 0.9}
+    figure = report_plots.classifier({"classifier": old}, tmp_path)
+    assert figure is not None
+    assert png_size(tmp_path / figure.file)[0] >= 600
+
+
+def test_routing_labels_measured_and_simulated_groups(tmp_path: Path) -> None:
+    result = fixture("routing") | {
+        "measured_routed_mean_ms": 900.0,
+        "measured_all_large_mean_ms": 1400.0,
+        "measured_cases": 60,
+    }
+    figure = report_plots.routing({"routing": result}, tmp_path)
+    assert figure is not None and "measured" in figure.caption and "simulated" in figure.caption
+    assert report_plots.routing({}, tmp_path) is None
 
 
 def test_sweep_figures_keep_the_headline_keys_beside_the_sweep() -> None:
