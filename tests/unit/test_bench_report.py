@@ -124,3 +124,14 @@ def test_the_page_loads_in_headless_chromium_with_every_plot_and_no_console_erro
     )
     with Image.open(shot) as image:
         assert image.size == (1000, 2400)
+
+
+def test_every_quick_setting_is_an_option_its_bench_takes_and_accepts() -> None:
+    from bench.cli import BENCHES
+    from bench.priority import MIN_P99_SAMPLES
+
+    for name, values in report.QUICK.items():
+        (entry,) = [b for b in BENCHES if b.name == name]
+        keys = {o.dest or o.flags[-1].removeprefix("--").replace("-", "_") for o in entry.options}
+        assert set(values) <= keys, name
+    assert report.QUICK["priority"]["samples"] >= MIN_P99_SAMPLES
