@@ -222,6 +222,8 @@ class ProgressBar:
             if self._closed:
                 return
             self._closed = True
+            # The ticker ends by itself within a tick (it draws nothing once closed);
+            # joining it here could wait on the lock a caller of update() still holds.
             self._stop.set()
             if not self.enabled:
                 return
@@ -234,8 +236,6 @@ class ProgressBar:
                         _on_terminal.remove(self)
             else:
                 self._line(text)
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=2 * TICK_S)
 
     def __enter__(self) -> ProgressBar:
         return self
