@@ -49,32 +49,43 @@ class Rig:
 
 
 @contextlib.contextmanager
+def bench_database(settings: Settings) -> Iterator[Settings]:
+    """``settings`` with the job database a benchmark uses, migrated: a fresh SQLite file
+    (removed afterwards) unless ``LLMQ_DATABASE_URL`` names another, so a benchmark never
+    mixes its rows with real ones."""
+    import migrations
+
+    with tempfile.TemporaryDirectory(prefix="llmq-bench-db-") as scratch:
+        settings = _bench_settings(settings, Path(scratch))
+        migrations.upgrade(settings.database_url)
+        yield settings
+
+
+@contextlib.contextmanager
 def bench_rig(
     settings: Settings, tier: Tier, *, concurrency: int, direct_engine: bool = True
 ) -> Iterator[Rig]:
     """Start both paths on ``tier``'s model; the worker runs as its own process.
 
-    The job database is a fresh SQLite file unless ``LLMQ_DATABASE_URL`` names another,
-    so a benchmark never mixes its rows with real ones.
+    The job database is :func:`bench_database`'s.
     """
-    import migrations
-
-    with tempfile.TemporaryDirectory(prefix="llmq-bench-") as scratch:
-        settings = _bench_settings(settings, Path(scratch))
-        migrations.upgrade(settings.database_url)
-        config = settings.tier(tier)
-        model_path = resolve_model(config.model, settings.bundled_model_dir)
+    with (
+        bench_database(settings) as ready,
+        tempfile.TemporaryDirectory(prefix="llmq-bench-") as scratch,
+    ):
+        config = ready.tier(tier)
+        model_path = resolve_model(config.model, ready.bundled_model_dir)
         log = (Path(scratch) / "worker.log").open("wb")
-        worker = start_worker_process(settings, tier, concurrency=concurrency, output=log)
+        worker = start_worker_process(ready, tier, concurrency=concurrency, output=log)
         engine = None
         also = " and an engine in this process" if direct_engine else ""
         try:
             with step(f"starting a {tier} worker{also}"):
                 if direct_engine:
                     engine = VllmEngine.start(model_path=model_path, config=config)
-                wait_until_warm(settings, tier, worker)
-            with Client(settings) as client:
-                yield Rig(settings=settings, engine=engine, client=client, tier=tier)
+                wait_until_warm(ready, tier, worker)
+            with Client(ready) as client:
+                yield Rig(settings=ready, engine=engine, client=client, tier=tier)
         finally:
             stop_process(worker)
             if engine is not None:

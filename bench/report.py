@@ -38,7 +38,9 @@ QUICK: dict[str, dict[str, Any]] = {
     "priority": {"samples": 100, "batch_jobs": 100},
     "batch": {"requests": 40, "samples": 8},
     "classifier": {"samples": 200, "baseline_samples": 40},
-    "routing": {"requests": 500},
+    # The measured run starts a worker for each of the three tiers (minutes here): quick
+    # draws the simulated profiles only, and the plot says so.
+    "routing": {"requests": 500, "measured_cases": 0},
 }
 # The suite, in page order. faults and peer run minutes even when small; they join a
 # full run and are drawn whenever their JSON is in the folder.

@@ -371,6 +371,12 @@ def routing(results: dict[str, Result], out: Path) -> Figure | None:
     ax.set_ylabel("mean request latency (ms)")
     ax.set_title(f"simulated relative cost {result.get('relative_cost', '?')}", fontsize=10)
     ax.legend()
+    skipped = (
+        ""
+        if result.get("measured_routed_mean_ms") is not None
+        else " This result has no measured run of this host's tiers (llmq bench routing "
+        "--measured-cases 0, as --quick runs it)."
+    )
     return _save(
         fig,
         out,
@@ -380,7 +386,7 @@ def routing(results: dict[str, Result], out: Path) -> Figure | None:
         "large tier. Each group is labelled: measured (the shipped cases run on this host's "
         "real tiers, one engine at a time), or simulated (a drawn mix served at a latency "
         "profile: the local one measured on this machine's engine, the GPU one published "
-        "figures).",
+        "figures)." + skipped,
     )
 
 

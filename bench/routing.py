@@ -151,11 +151,14 @@ def run_routing(
     gpu = results[-1]
     measured: dict[str, Any] = {}
     if measured_cases:
+        from bench.harness import bench_database
         from bench.real_tiers import measure_real_tiers
 
-        measured = measure_real_tiers(
-            settings, classifier, policy, cases=measured_cases, max_tokens=measured_max_tokens
-        )
+        # The tiers' workers record their jobs: in a scratch database, not the host's.
+        with bench_database(settings) as scratch:
+            measured = measure_real_tiers(
+                scratch, classifier, policy, cases=measured_cases, max_tokens=measured_max_tokens
+            )
     return {
         "bench": "routing",
         "mix": {tier.value: share for tier, share in mix.items()},

@@ -139,3 +139,21 @@ def test_paired_samples_show_a_bar_over_warm_up_and_samples(
     out, err = capsys.readouterr()
     assert out == ""
     assert "gateway (3 warm-up) [" in err and "7/7 pairs 100%" in err
+
+
+def test_a_bench_gets_a_fresh_migrated_database_unless_one_is_named(tmp_path: Path) -> None:
+    import sqlalchemy
+
+    from bench.harness import bench_database
+    from schemas.settings import Settings
+
+    with bench_database(Settings()) as settings:
+        assert settings.database_url.startswith("sqlite:///") and "llmq-bench-db-" in (
+            settings.database_url
+        )
+        engine = sqlalchemy.create_engine(settings.database_url)
+        assert "jobs" in sqlalchemy.inspect(engine).get_table_names()
+        engine.dispose()
+    named = f"sqlite:///{tmp_path / 'mine.db'}"
+    with bench_database(Settings(database_url=named)) as settings:
+        assert settings.database_url == named

@@ -111,3 +111,9 @@ def test_levels_are_parsed_sorted_and_checked() -> None:
     for bad in ("", "0,2", "two"):
         with pytest.raises(ConfigError, match="--levels"):
             parse_levels(bad)
+
+
+def test_routing_without_a_measured_run_says_so(tmp_path: Path) -> None:
+    figure = report_plots.routing({"routing": fixture("routing")}, tmp_path)
+    assert figure is not None
+    assert "no measured run of this host's tiers" in figure.caption
