@@ -11,6 +11,7 @@ block with only that tier's engine up, and every case also runs on the large tie
 from __future__ import annotations
 
 import statistics
+import sys
 from typing import Any
 
 from bench.harness import counted
@@ -50,8 +51,10 @@ def measure_real_tiers(
             if not mine and tier != Tier.LARGE:
                 continue
             todo = chosen if tier == Tier.LARGE else mine
-            bar = counted(f"measured, {tier} tier", len(todo), unit="cases")
-            with bar, worker_block(settings, tier, say=bar.say):
+            with (
+                worker_block(settings, tier, say=_stderr_line),
+                counted(f"measured, {tier} tier", len(todo), unit="cases") as bar,
+            ):
                 run = run_cases(
                     client,
                     tier,
@@ -87,3 +90,7 @@ def measure_real_tiers(
         "measured_quality_routed": round(quality(answers), 4),
         "measured_quality_all_large": round(quality(all_large), 4),
     }
+
+
+def _stderr_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import getpass
 import hashlib
+import sys
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -63,6 +64,14 @@ def counting_answers(bar: ProgressBar) -> Callable[[CaseAnswer], None]:
     return step
 
 
+def _stderr_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _no_line(_line: str) -> None:
+    pass
+
+
 def cases_source(path: Path | None, cases: Sequence[Case]) -> str:
     """``name#sha256-prefix`` of the case file, so a stored run names what it measured."""
     from producer.quality.cases import BUNDLED_CASES
@@ -100,19 +109,22 @@ def run_gate(
     budgets = (options.max_tokens, options.b_max_tokens or options.max_tokens)
     with client_factory(settings) as client:
         for label, tier, budget in zip("AB", (options.a, options.b), budgets, strict=True):
-            bar = ProgressBar(f"{label} {tier}".ljust(16), len(chosen), enabled=progress)
-            with bar, worker_block(settings, tier, spawn=options.spawn, say=bar.say):
+            say = _stderr_line if progress else _no_line
+            with worker_block(settings, tier, spawn=options.spawn, say=say):
                 before = other_engines(settings, tier)
-                runs.append(
-                    run_cases(
-                        client,
-                        tier,
-                        chosen,
-                        max_tokens=budget,
-                        concurrency=options.concurrency,
-                        on_answer=counting_answers(bar),
+                # Made once the worker is warm: its rate and ETA are the answers' alone.
+                bar = ProgressBar(f"{label} {tier}".ljust(16), len(chosen), enabled=progress)
+                with bar:
+                    runs.append(
+                        run_cases(
+                            client,
+                            tier,
+                            chosen,
+                            max_tokens=budget,
+                            concurrency=options.concurrency,
+                            on_answer=counting_answers(bar),
+                        )
                     )
-                )
                 shared.append(max(before, other_engines(settings, tier)))
     return build_report(
         chosen,
