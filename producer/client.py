@@ -138,10 +138,9 @@ class Client:
                     tier=tier_,
                     priority=priority_,
                     max_depth=self.settings.tier(tier_).max_queue_depth.get(priority_),
-                    # The worker can start on an interactive job before claiming it.
-                    request=submission.request.model_dump(mode="json")
-                    if priority_ == Priority.INTERACTIVE
-                    else None,
+                    # The stored request: the message may carry a copy (interactive
+                    # jobs; schemas.messages decides) for the worker to start on.
+                    request=job.request,
                 )
             except (BrokerUnavailable, QueueFull):
                 delete_job(self._sessions, job.id)

@@ -13,7 +13,6 @@ early request is aborted and the job takes the ordinary path.
 from __future__ import annotations
 
 import itertools
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -24,8 +23,6 @@ from workers.job_input import chat_messages, check_context, parse_request, sampl
 from workers.jobs import ClaimedJob
 from workers.running_jobs import RunningJob
 from workers.worker_runtime import WorkerRuntime
-
-log = logging.getLogger(__name__)
 
 # Engine request ids must be unique among live requests: a duplicate message of the
 # same job on this worker gets its own early request (aborted when its claim fails).

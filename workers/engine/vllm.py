@@ -14,7 +14,7 @@ import logging
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -112,7 +112,7 @@ class VllmEngine:
         future: concurrent.futures.Future[None],
         deltas: queue.SimpleQueue[Any],
         stop: threading.Event | None,
-    ) -> Iterator[Delta]:
+    ) -> Generator[Delta, None, None]:
         pending: Any = None
         try:
             while True:
@@ -197,7 +197,9 @@ class _Submitted:
     """A submitted request's deltas; closing it aborts the request, read from or not
     (a generator never started would skip its ``finally`` on close)."""
 
-    def __init__(self, future: concurrent.futures.Future[None], deltas: Iterator[Delta]) -> None:
+    def __init__(
+        self, future: concurrent.futures.Future[None], deltas: Generator[Delta, None, None]
+    ) -> None:
         self._future = future
         self._deltas = deltas
 
@@ -210,9 +212,7 @@ class _Submitted:
     def close(self) -> None:
         if not self._future.done():
             self._future.cancel()
-        close = getattr(self._deltas, "close", None)
-        if close is not None:
-            close()
+        self._deltas.close()
 
 
 _STOPPED = object()
