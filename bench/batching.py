@@ -78,7 +78,9 @@ def run_batching(
             for level in _sweep(f"direct engine, round {index + 1}/{rounds}", swept):
                 tag = f"r{index}-{level}"
                 direct[level].append(_direct_tok_s(engine, level, waves, max_tokens, tag))
-    with bench_rig(settings, tier, concurrency=slots, direct_engine=False) as rig:
+    with bench_rig(
+        settings, tier, concurrency=slots, direct_engine=False, prefill_prompts=False
+    ) as rig:
         _queued_tok_s(rig, 2, 1, max_tokens)
         for index in range(rounds):
             for level in _sweep(f"through the queue, round {index + 1}/{rounds}", swept):

@@ -63,12 +63,97 @@ def bench_database(settings: Settings) -> Iterator[Settings]:
 
 @contextlib.contextmanager
 def bench_rig(
-    settings: Settings, tier: Tier, *, concurrency: int, direct_engine: bool = True
+    settings: Settings,
+    tier: Tier,
+    *,
+    concurrency: int,
+    direct_engine: bool = True,
+    prefill_prompts: bool = True,
 ) -> Iterator[Rig]:
     """Start both paths on ``tier``'s model; the worker runs as its own process.
 
-    The job database is :func:`bench_database`'s.
+    The job database is :func:`bench_database`'s. A bench whose requests name no
+    system prompt passes ``prefill_prompts=False``: its worker starts without
+    prefilling the registered prompts (the 2k-token one takes seconds on a CPU) and
+    never re-prefills them in the middle of a measurement. Inside
+    :func:`shared_workers`, a worker-only rig is left running for the next bench.
     """
+
+    def start(direct: bool) -> contextlib.AbstractContextManager[Rig]:
+        return _start_rig(
+            settings,
+            tier,
+            concurrency=concurrency,
+            direct_engine=direct,
+            prefill_prompts=prefill_prompts,
+        )
+
+    if direct_engine or not _sharing.on:
+        release_shared_worker()
+        with start(direct_engine) as rig:
+            yield rig
+        return
+    key = (settings, tier, concurrency, prefill_prompts)
+    if _sharing.held is None or _sharing.held.key != key:
+        release_shared_worker()
+        stack = contextlib.ExitStack()
+        rig = stack.enter_context(start(False))
+        _sharing.held = _HeldRig(key=key, rig=rig, stack=stack)
+    try:
+        yield _sharing.held.rig
+    except BaseException:
+        release_shared_worker()  # a bench that failed may leave its worker busy
+        raise
+
+
+@dataclass
+class _HeldRig:
+    key: tuple[object, ...]
+    rig: Rig
+    stack: contextlib.ExitStack
+
+
+@dataclass
+class _Sharing:
+    on: bool = False
+    held: _HeldRig | None = None
+
+
+# Module state: a process runs one bench at a time, and at most one engine.
+_sharing = _Sharing()
+
+
+@contextlib.contextmanager
+def shared_workers() -> Iterator[None]:
+    """While open, a bench asking for the same worker as the bench before it (tier,
+    slots, prefill) reuses that worker instead of starting its own; anything that
+    starts an engine in this process stops the held worker first (one engine at a
+    time). Engine starts are most of a quick report's run on a small CPU host."""
+    _sharing.on = True
+    try:
+        yield
+    finally:
+        _sharing.on = False
+        release_shared_worker()
+
+
+def release_shared_worker() -> None:
+    """Stop the worker :func:`shared_workers` holds, if any."""
+    held, _sharing.held = _sharing.held, None
+    if held is not None:
+        held.stack.close()
+
+
+@contextlib.contextmanager
+def _start_rig(
+    settings: Settings,
+    tier: Tier,
+    *,
+    concurrency: int,
+    direct_engine: bool = True,
+    prefill_prompts: bool = True,
+) -> Iterator[Rig]:
+    """A fresh rig: a worker process (and an engine here if ``direct_engine``)."""
     with (
         bench_database(settings) as ready,
         tempfile.TemporaryDirectory(prefix="llmq-bench-") as scratch,
@@ -76,7 +161,13 @@ def bench_rig(
         config = ready.tier(tier)
         model_path = resolve_model(config.model, ready.bundled_model_dir)
         log = (Path(scratch) / "worker.log").open("wb")
-        worker = start_worker_process(ready, tier, concurrency=concurrency, output=log)
+        worker = start_worker_process(
+            ready,
+            tier,
+            concurrency=concurrency,
+            output=log,
+            env=None if prefill_prompts else {"LLMQ_PREFILL_PROMPTS": "0"},
+        )
         engine = None
         also = " and an engine in this process" if direct_engine else ""
         try:

@@ -26,6 +26,7 @@ from bench.harness import (
     median,
     percentile,
     queued_timing,
+    release_shared_worker,
     rounded,
     step,
 )
@@ -53,7 +54,9 @@ def run_overhead(
             direct += _block(
                 _direct_sample(engine, block, max_tokens), per_block, label=f"direct, {which}"
             )
-        with bench_rig(settings, tier, concurrency=4, direct_engine=False) as rig:
+        with bench_rig(
+            settings, tier, concurrency=4, direct_engine=False, prefill_prompts=False
+        ) as rig:
             queued += _block(
                 lambda _i: queued_timing(rig, max_tokens), per_block, label=f"queued, {which}"
             )
@@ -78,6 +81,7 @@ def engine_only(
     config = settings.tier(tier)
     if concurrency is not None:
         config = config.model_copy(update={"concurrency": concurrency})
+    release_shared_worker()  # one engine at a time
     with step(f"starting a {tier} engine in this process"):
         engine = VllmEngine.start(
             model_path=resolve_model(config.model, settings.bundled_model_dir), config=config

@@ -123,6 +123,12 @@ class Settings(BaseSettings):
         "work is queued for it rather than refused",
     )
     prefill_interval_s: float = Field(default=300.0, gt=0)
+    prefill_prompts: bool = Field(
+        default=True,
+        description="workers put their tier's system prompts in the prefix cache before "
+        "taking work and keep them there; off, a worker starts sooner and each prompt's "
+        "first request pays its prefill",
+    )
     router_dir: Path | None = Field(default=None, description="None: <model_cache_dir>/router")
     router_large_threshold: float = Field(default=0.35, gt=0, le=1)
     router_min_confidence: float = Field(default=0.5, ge=0, le=1)

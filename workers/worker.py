@@ -24,6 +24,7 @@ from workers.app import LlmqCelery, make_app
 from workers.background import BackgroundLoop
 from workers.capacity import SlotGate, install_gate, slot_shares
 from workers.engine.vllm import VllmEngine
+from workers.engine_watch import EngineWatch
 from workers.metrics import WorkerMetrics
 from workers.models import resolve_model
 from workers.reaper import Reaper, ReaperThread
@@ -124,29 +125,46 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
             runtime.metrics.serve(options.metrics_port)
             log.info("metrics on :%d/metrics", options.metrics_port)
         registration.track(engine.in_flight, runtime.prefix_stats.snapshot)
-        _phase(registration, options, "warm-up")
-        warm_up(engine, concurrency=min(concurrency, 4))
-        keep_warm = KeepWarm(
-            engine,
-            runtime.prompts,
-            runtime.prefix_stats,
-            tier=options.tier.base,  # a variant runs its base tier's prompts
-            interval_s=settings.prefill_interval_s,
-        )
-        _phase(registration, options, "prefilling prompts")
-        keep_warm.prefill_now()
+        keep_warm = _warm_engine(runtime, registration, options, concurrency)
         warm_job_path(runtime)
         app = make_app(settings, worker_id=worker_id)
         app.runtime = runtime
         for helper in _helpers(runtime, app):
             resources.enter_context(helper)
+        resources.enter_context(EngineWatch(engine.alive, runtime.on_engine_dead))
         # Only now is the worker warm: it starts consuming right after this.
         runtime.warm.set()
         registration.mark_warm()
         if options.on_phase is not None:
             options.on_phase("ready")
-        resources.enter_context(keep_warm)
+        if keep_warm is not None:
+            resources.enter_context(keep_warm)
         return _consume(app, runtime, options, concurrency)
+
+
+def _warm_engine(
+    runtime: WorkerRuntime,
+    registration: WorkerRegistration,
+    options: WorkerOptions,
+    concurrency: int,
+) -> KeepWarm | None:
+    """Warm the engine up and prefill the tier's prompts; the loop that keeps them cached
+    (None where ``LLMQ_PREFILL_PROMPTS`` turned prefilling off)."""
+    _phase(registration, options, "warm-up")
+    warm_up(runtime.engine, concurrency=min(concurrency, 4))
+    if not runtime.settings.prefill_prompts:
+        log.info("system prompts are not prefilled (LLMQ_PREFILL_PROMPTS=0)")
+        return None
+    keep_warm = KeepWarm(
+        runtime.engine,
+        runtime.prompts,
+        runtime.prefix_stats,
+        tier=options.tier.base,  # a variant runs its base tier's prompts
+        interval_s=runtime.settings.prefill_interval_s,
+    )
+    _phase(registration, options, "prefilling prompts")
+    keep_warm.prefill_now()
+    return keep_warm
 
 
 def _phase(registration: WorkerRegistration, options: WorkerOptions, phase: str) -> None:

@@ -13,6 +13,7 @@ import json
 import time
 from collections.abc import Iterator
 
+import psutil
 import pytest
 from sqlalchemy import select
 
@@ -42,6 +43,8 @@ KILLS = 4
 # Far below the visibility timeout (the tier's longest job plus a minute), which was
 # all that brought back a message its dead worker had not claimed yet.
 RECOVERY_BOUND_S = 60.0
+# An idle worker looks at its engine every second; a warm shutdown takes a few more.
+ENGINE_DEATH_NOTICED_S = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -159,6 +162,20 @@ def test_a_batch_survives_a_worker_kill(lab: tuple[Lab, Client]) -> None:
     answered = sorted(line["custom_id"] for line in output)
     assert answered == sorted(f"line-{n}" for n in range(lines))  # each line once
     assert max(attempts) >= 2  # the killed worker's lines ran again elsewhere
+
+
+def test_a_worker_whose_engine_dies_while_idle_leaves_at_once(lab: tuple[Lab, Client]) -> None:
+    # After the batch test: the lab's last worker, idle. Its engine processes are killed,
+    # the worker itself is not; it must notice without a job to run and stop, so its
+    # supervisor can restart it, instead of staying "warm" and taking messages.
+    the_lab, _client = lab
+    (process,) = [p for p in the_lab.processes.values() if p.poll() is None]
+    engine_processes = psutil.Process(process.pid).children(recursive=True)
+    assert engine_processes, "the worker runs its engine in child processes"
+    for child in engine_processes:
+        child.kill()
+    process.wait(timeout=ENGINE_DEATH_NOTICED_S)
+    assert process.returncode is not None
 
 
 def refresh(client: Client, batch_id: str) -> Batch:

@@ -233,3 +233,13 @@ def test_a_phase_line_becomes_a_bar_once_the_total_is_known() -> None:
     lines = out.getvalue().splitlines()
     assert lines[0] == "work..."
     assert "50/100 50%" in lines[1] and "100/100 100%" in lines[2] and len(lines) == 3
+
+
+def test_a_night_of_summaries_draws_ended_of_all_with_its_failures() -> None:
+    from workers.summaries.cli import summary_bar
+    from workers.summaries.night import Progress
+
+    made, _out = bar(None, tty=False)
+    summary_bar(made)(Progress(done=3, failed=1, remaining=4, elapsed_s=2.0))
+    line = made.render()
+    assert "4/8 50%" in line and "1 failed" in line

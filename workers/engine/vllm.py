@@ -77,6 +77,12 @@ class VllmEngine:
     def max_model_len(self) -> int:
         return self._config.max_model_len
 
+    def alive(self) -> bool:
+        """False once the engine's processes are gone (killed, crashed) or it was shut down."""
+        if self._closed or self.dead or self._engine is None:
+            return False
+        return not self._engine.errored
+
     def render_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
         # Fast tokenizers are not safe to share between threads.
         with self._tokenizer_lock:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from datetime import date
-from typing import Any, TextIO
+from typing import Any
 
+from schemas.progress import ProgressBar
 from workers.summaries.night import Progress
 
 
@@ -58,11 +60,13 @@ def _summarize(args: argparse.Namespace) -> int:
                 )
             print(f"{len(plan)} conversation(s) on {args.date}; nothing was sent", file=sys.stderr)
             return 0
-        bar = ProgressBar(sys.stderr)
-        report = runner.run(
-            args.date, conversation=args.conversation, progress=bar, timeout_s=args.timeout
-        )
-        bar.close()
+        with ProgressBar(f"summaries of {args.date}", unit="conversations") as bar:
+            report = runner.run(
+                args.date,
+                conversation=args.conversation,
+                progress=summary_bar(bar),
+                timeout_s=args.timeout,
+            )
     record = {
         "day": report.day.isoformat(),
         "done": report.done,
@@ -84,33 +88,11 @@ def _summarize(args: argparse.Namespace) -> int:
     return 1 if report.failed or report.remaining else 0
 
 
-class ProgressBar:
-    """One redrawn line: done/failed/remaining, rate and ETA."""
+def summary_bar(bar: ProgressBar) -> Callable[[Progress], None]:
+    """The night's counts drawn on the shared progress bar: ended of all, failures noted."""
 
-    WIDTH = 30
+    def draw(progress: Progress) -> None:
+        bar.total = progress.done + progress.failed + progress.remaining
+        bar.update(progress.done + progress.failed, note=f"{progress.failed} failed")
 
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self._drawn = False
-
-    def __call__(self, progress: Progress) -> None:
-        self.stream.write("\r" + render_progress(progress, width=self.WIDTH))
-        self.stream.flush()
-        self._drawn = True
-
-    def close(self) -> None:
-        if self._drawn:
-            self.stream.write("\n")
-
-
-def render_progress(progress: Progress, *, width: int = 30) -> str:
-    """``[#####-----] 5/10 done 0 failed 5 remaining 1.2/s ETA 4s``."""
-    ended = progress.done + progress.failed
-    total = ended + progress.remaining
-    filled = width if total == 0 else width * ended // total
-    rate = ended / progress.elapsed_s if progress.elapsed_s > 0 else 0.0
-    eta = f"{progress.remaining / rate:.0f}s" if rate > 0 else "?"
-    return (
-        f"[{'#' * filled}{'-' * (width - filled)}] {ended}/{total}  {progress.done} done "
-        f"{progress.failed} failed {progress.remaining} remaining  {rate:.2f}/s  ETA {eta}"
-    )
+    return draw
