@@ -1,4 +1,4 @@
-"""``llmq batch submit|status|results|cancel``: the Batch API without the gateway."""
+"""``llmq batch submit|status|results|cancel|resume``: the Batch API without the gateway."""
 
 from __future__ import annotations
 
@@ -6,9 +6,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from schemas.queues import Tier
+
+if TYPE_CHECKING:
+    from producer.client import Client
 
 
 def register(commands: Any) -> None:
@@ -25,6 +28,7 @@ def register(commands: Any) -> None:
         ("status", "a batch's status and request counts (JSON)", _status),
         ("results", "every line's output or error, as JSONL on stdout", _results),
         ("cancel", "cancel a batch: nothing more of it runs", _cancel),
+        ("resume", "send the lines an interrupted submit left unsent", _resume),
     ):
         action = actions.add_parser(name, help=help_)
         action.add_argument("id", help="the batch id")
@@ -42,13 +46,9 @@ def _owner(parser: argparse.ArgumentParser) -> None:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    import os
-
     from producer.batches import store
-    from producer.batches.enqueue import enqueue_batch
     from producer.batches.views import batch_object
     from producer.client import Client
-    from schemas.progress import ProgressBar
     from schemas.settings import Settings
 
     settings = Settings.from_env()
@@ -70,10 +70,61 @@ def _submit(args: argparse.Namespace) -> int:
             tier=args.tier,
         )
         print(f"batch {batch.id}: {batch.total} lines", file=sys.stderr)
-        # Interrupted, the batch is not lost: a gateway's batch runner resumes it.
-        with ProgressBar("enqueued", batch.total, unit="lines") as bar:
-            bar.update(0)
-            enqueue_batch(client, batch.id, holder=f"cli:{os.getpid()}", on_progress=bar)
+        try:
+            _feed(client, batch.id, total=batch.total, done=0)
+        except KeyboardInterrupt:
+            # The claim was released on the way out: the rest can be sent at once.
+            print(_interrupted(batch.id), file=sys.stderr)
+            return 130
+        row = store.refresh_batch(client.sessions, batch.id, cancel_job=client.cancel)
+        print(json.dumps(batch_object(row)))
+    return 0
+
+
+def _interrupted(batch_id: str) -> str:
+    return (
+        f"interrupted: batch {batch_id} keeps the lines already sent; "
+        f"`llmq batch resume {batch_id}` sends the rest (so does any running gateway)"
+    )
+
+
+def _feed(client: Client, batch_id: str, *, total: int, done: int) -> bool:
+    """Send the batch's unsent lines with a progress bar; False if another process
+    holds the batch (or nothing is left to send)."""
+    import os
+
+    from producer.batches.enqueue import enqueue_batch
+    from schemas.progress import ProgressBar
+
+    with ProgressBar("enqueued", total, unit="lines", initial=done) as bar:
+        bar.update(done)
+        return enqueue_batch(client, batch_id, holder=f"cli:{os.getpid()}", on_progress=bar)
+
+
+def _resume(args: argparse.Namespace) -> int:
+    from producer.batches import store
+    from producer.batches.status import BatchStatus
+    from producer.batches.views import batch_object
+    from producer.client import Client
+    from schemas.settings import Settings
+
+    with Client(Settings.from_env()) as client:
+        batch = store.get_batch(client.sessions, args.id, owner=args.owner)
+        if BatchStatus(batch.status).is_final or batch.enqueued >= batch.total:
+            print(f"batch {batch.id} has no line left to send ({batch.status})", file=sys.stderr)
+            return 0
+        try:
+            fed = _feed(client, batch.id, total=batch.total, done=batch.enqueued)
+        except KeyboardInterrupt:
+            print(_interrupted(batch.id), file=sys.stderr)
+            return 130
+        if not fed:
+            print(
+                f"batch {batch.id} is being sent by another process (a gateway or another "
+                "llmq batch); it goes on there",
+                file=sys.stderr,
+            )
+            return 1
         row = store.refresh_batch(client.sessions, batch.id, cancel_job=client.cancel)
         print(json.dumps(batch_object(row)))
     return 0

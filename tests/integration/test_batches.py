@@ -289,3 +289,59 @@ def _upload(client: Client, lines: list[str]) -> store.BatchFile:
         owner="team",
         max_line_bytes=1 << 20,
     )
+
+
+def test_llmq_batch_resume_sends_what_an_interrupted_submit_left(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from producer.cli import main
+
+    monkeypatch.setenv("LLMQ_BROKER_URL", settings.broker_url)
+    monkeypatch.setenv("LLMQ_DATABASE_URL", settings.database_url)
+    with Client(settings) as client:
+        file = _upload(client, [line(f"r{i}") for i in range(5)])
+        batch = store.create_batch(
+            client.sessions,
+            input_file_id=file.id,
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+            owner="team",
+        )
+
+        def interrupt(done: int, _total: int) -> None:
+            raise KeyboardInterrupt  # Ctrl-C after the first chunk, as in llmq batch submit
+
+        with pytest.raises(KeyboardInterrupt):
+            enqueue_batch(client, batch.id, holder="cli:1", chunk=2, on_progress=interrupt)
+        assert store.get_batch(client.sessions, batch.id, owner="team").enqueued == 2
+
+        assert main(["batch", "resume", batch.id, "--owner", "team"]) == 0
+        assert store.get_batch(client.sessions, batch.id, owner="team").enqueued == 5
+        assert json.loads(capsys.readouterr().out)["id"] == batch.id
+        assert main(["batch", "resume", batch.id, "--owner", "team"]) == 0
+        assert "no line left to send" in capsys.readouterr().err
+    jobs = batch_jobs(settings.database_url, batch.id)
+    assert sorted(job.custom_id or "" for job in jobs) == [f"r{i}" for i in range(5)]
+
+
+def test_llmq_batch_resume_leaves_a_batch_another_process_is_sending(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from producer.batches.enqueue import claim
+    from producer.cli import main
+
+    monkeypatch.setenv("LLMQ_BROKER_URL", settings.broker_url)
+    monkeypatch.setenv("LLMQ_DATABASE_URL", settings.database_url)
+    with Client(settings) as client:
+        file = _upload(client, [line("r0"), line("r1")])
+        batch = store.create_batch(
+            client.sessions,
+            input_file_id=file.id,
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+            owner="team",
+        )
+        assert claim(client.sessions, batch.id, "a-gateway") is not None
+        assert main(["batch", "resume", batch.id, "--owner", "team"]) == 1
+        assert "another process" in capsys.readouterr().err
+        assert store.get_batch(client.sessions, batch.id, owner="team").enqueued == 0
