@@ -289,6 +289,12 @@ BENCHES: tuple[Bench, ...] = (
                 help="shipped cases run routed and all-large on this host's tiers (0: skip)",
             ),
             opt("--measured-max-tokens", default=16, help="tokens per measured answer"),
+            opt(
+                "--local-profile",
+                default=1,
+                help="1: also simulate on this host's measured profile (starts the small "
+                "engine); 0: the GPU profile only",
+            ),
         ),
         on_engine=False,
     ),

@@ -35,17 +35,18 @@ Result = dict[str, Any]
 # priority (which runs with 16 slots instead of its default 8 when quick).
 QUICK: dict[str, dict[str, Any]] = {
     "overhead": {"samples": 10, "blocks": 1, "max_tokens": 8},
-    "gateway": {"samples": 10},
+    # TTFT needs one token; each further token is a second or so of a slow CPU host.
+    "gateway": {"samples": 10, "max_tokens": 2},
     # The whole 1-16 sweep, one round, each slot sending one request per level.
     "batching": {"rounds": 1, "waves": 1, "max_tokens": 16},
     "batch": {"requests": 40, "samples": 8},
     # A p99 needs 100 samples (the bench refuses fewer); the flood is what shrinks.
-    "priority": {"samples": 100, "batch_jobs": 100, "concurrency": 16},
+    "priority": {"samples": 100, "batch_jobs": 100, "concurrency": 16, "max_tokens": 2},
     "warm": {},
     "classifier": {"samples": 200, "baseline_samples": 40},
-    # The measured run starts a worker for each of the three tiers (minutes here): quick
-    # draws the simulated profiles only, and the plot says so.
-    "routing": {"requests": 500, "measured_cases": 0},
+    # The measured run starts a worker for each of the three tiers (minutes here), the
+    # local profile an engine: quick simulates on the GPU profile only, and says so.
+    "routing": {"requests": 500, "measured_cases": 0, "local_profile": 0},
 }
 # The benches that may reuse the worker the bench before them left running.
 SHARE_A_WORKER = frozenset({"overhead", "gateway", "batching", "batch", "priority"})

@@ -377,6 +377,10 @@ def routing(results: dict[str, Result], out: Path) -> Figure | None:
         else " This result has no measured run of this host's tiers (llmq bench routing "
         "--measured-cases 0, as --quick runs it)."
     )
+    if "profiles" in result and result.get("local_profile") is None:
+        skipped += (
+            " Nor a simulation on this host's profile (--local-profile 0, as --quick runs it)."
+        )
     return _save(
         fig,
         out,

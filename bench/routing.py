@@ -132,10 +132,13 @@ def run_routing(
     output_tokens: int = OUTPUT_TOKENS,
     measured_cases: int = 0,
     measured_max_tokens: int = 16,
+    local_profile: int = 1,
 ) -> dict[str, Any]:
-    """Simulate on the local measured profile and on the given GPU profile; with
-    ``measured_cases``, also run the real tiers of this host (``measured_*`` figures)."""
-    profiles = [measure_local_profile(settings), json.loads(profile_path.read_text())]
+    """Simulate on the local measured profile (unless ``local_profile`` is 0: it starts
+    the small engine) and on the given GPU profile; with ``measured_cases``, also run
+    the real tiers of this host (``measured_*`` figures)."""
+    gpu_profile = json.loads(profile_path.read_text())
+    profiles = [measure_local_profile(settings), gpu_profile] if local_profile else [gpu_profile]
     results = [
         simulate(
             classifier,
@@ -169,7 +172,7 @@ def run_routing(
         "ratio": gpu["ratio"],
         "relative_cost": gpu["relative_cost"],
         "profiles": results,
-        "local_profile": profiles[0]["tiers"],
+        "local_profile": profiles[0]["tiers"] if local_profile else None,
         "sources": {
             "routed_mean_ms": "simulated (GPU profile)",
             "measured_routed_mean_ms": "measured on this host" if measured_cases else "skipped",
