@@ -62,6 +62,7 @@ class Lab:
     scratch: Path
     max_attempts: int
     concurrency: int
+    prefill_prompts: bool = True
     processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
     logs: dict[int, Path] = field(default_factory=dict)
     started: int = 0
@@ -76,7 +77,10 @@ class Lab:
             TIER,
             concurrency=self.concurrency,
             output=log_file,
-            env={"LLMQ_MAX_ATTEMPTS": str(self.max_attempts)},
+            env={
+                "LLMQ_MAX_ATTEMPTS": str(self.max_attempts),
+                "LLMQ_PREFILL_PROMPTS": "1" if self.prefill_prompts else "0",
+            },
             own_group=True,
         )
         log_file.close()
@@ -115,10 +119,13 @@ def fault_lab(
     max_attempts: int = 2,
     sentinels: SentinelLab | None = None,
     logs_dir: Path | None = None,
+    prefill_prompts: bool = True,
 ) -> Iterator[Lab]:
     """Start a private Redis (or use ``sentinels``) and ``workers`` warm workers.
 
     Everything is torn down after; with ``logs_dir``, the workers' logs are kept there.
+    ``prefill_prompts=False`` starts workers (and their replacements) without
+    prefilling system prompts: sooner, where no request uses one.
     """
     import migrations
 
@@ -138,7 +145,7 @@ def fault_lab(
             }
         )
         migrations.upgrade(lab_settings.database_url)
-        lab = Lab(lab_settings, server, folder, max_attempts, concurrency)
+        lab = Lab(lab_settings, server, folder, max_attempts, concurrency, prefill_prompts)
         try:
             started = [lab.start_worker() for _ in range(workers)]
             for process in started:

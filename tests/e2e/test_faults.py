@@ -51,7 +51,11 @@ ENGINE_DEATH_NOTICED_S = 30.0
 def lab() -> Iterator[tuple[Lab, Client]]:
     database_url = postgres_database("llmq_faults")
     truncate_jobs(database_url)
-    with fault_lab(Settings(database_url=database_url)) as lab, Client(lab.settings) as client:
+    # No request here names a system prompt: the lab's many worker starts skip prefilling.
+    with (
+        fault_lab(Settings(database_url=database_url), prefill_prompts=False) as lab,
+        Client(lab.settings) as client,
+    ):
         yield lab, client
 
 
