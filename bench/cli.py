@@ -156,6 +156,12 @@ def _routing(settings: Settings, values: Values) -> dict[str, Any]:
     return run_routing(settings, classifier, policy, mix=mix, **values)
 
 
+def _upload(settings: Settings, values: Values) -> dict[str, Any]:
+    from bench.upload import run_upload
+
+    return run_upload(settings, lines=values["lines"])
+
+
 SAMPLES = ("-n", "--samples")
 
 BENCHES: tuple[Bench, ...] = (
@@ -211,6 +217,13 @@ BENCHES: tuple[Bench, ...] = (
             opt("--max-tokens", default=8, help="tokens per interactive request"),
             opt("--batch-max-tokens", default=48, help="tokens per batch job"),
         ),
+    ),
+    Bench(
+        "upload",
+        "a large batch file stored and enqueued (private Redis): times and peak memory",
+        _upload,
+        (opt("--lines", default=100_000, help="request lines in the file"),),
+        on_engine=False,
     ),
     Bench(
         "batch",
