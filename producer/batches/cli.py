@@ -47,7 +47,6 @@ def _owner(parser: argparse.ArgumentParser) -> None:
 
 def _submit(args: argparse.Namespace) -> int:
     from producer.batches import store
-    from producer.batches.views import batch_object
     from producer.client import Client
     from schemas.settings import Settings
 
@@ -76,9 +75,17 @@ def _submit(args: argparse.Namespace) -> int:
             # The claim was released on the way out: the rest can be sent at once.
             print(_interrupted(batch.id), file=sys.stderr)
             return 130
-        row = store.refresh_batch(client.sessions, batch.id, cancel_job=client.cancel)
-        print(json.dumps(batch_object(row)))
+        _print_batch(client, batch.id)
     return 0
+
+
+def _print_batch(client: Client, batch_id: str, *, indent: int | None = None) -> None:
+    """The batch as OpenAI's API shows it, its status brought up to date, on stdout."""
+    from producer.batches import store
+    from producer.batches.views import batch_object
+
+    row = store.refresh_batch(client.sessions, batch_id, cancel_job=client.cancel)
+    print(json.dumps(batch_object(row), indent=indent))
 
 
 def _interrupted(batch_id: str) -> str:
@@ -104,7 +111,6 @@ def _feed(client: Client, batch_id: str, *, total: int, done: int) -> bool:
 def _resume(args: argparse.Namespace) -> int:
     from producer.batches import store
     from producer.batches.status import BatchStatus
-    from producer.batches.views import batch_object
     from producer.client import Client
     from schemas.settings import Settings
 
@@ -125,21 +131,18 @@ def _resume(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
-        row = store.refresh_batch(client.sessions, batch.id, cancel_job=client.cancel)
-        print(json.dumps(batch_object(row)))
+        _print_batch(client, batch.id)
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
     from producer.batches import store
-    from producer.batches.views import batch_object
     from producer.client import Client
     from schemas.settings import Settings
 
     with Client(Settings.from_env(), warm=False) as client:
         batch = store.get_batch(client.sessions, args.id, owner=args.owner)
-        row = store.refresh_batch(client.sessions, batch.id, cancel_job=client.cancel)
-    print(json.dumps(batch_object(row), indent=2))
+        _print_batch(client, batch.id, indent=2)
     return 0
 
 

@@ -19,12 +19,13 @@ from sqlalchemy import create_engine, select, text, update
 from sqlalchemy.orm import Session
 
 from producer.batches import store
-from producer.batches.enqueue import enqueue_batch
+from producer.batches.enqueue import claim, enqueue_batch
+from producer.cli import main
 from producer.client import Client
 from schemas.jobs import JobStatus
 from schemas.queues import Priority, Tier, queue_name
 from schemas.settings import Settings, TierConfig
-from schemas.tables import Job, utcnow
+from schemas.tables import Batch, Job, utcnow
 from tests.gateway_server import running_gateway
 from tests.integration.test_gateway import new_key
 
@@ -223,14 +224,7 @@ def test_cancel_stops_the_rest(settings: Settings, gateway_url: str) -> None:
 
 def test_an_expired_batch_cancels_its_unfinished_lines(settings: Settings) -> None:
     with Client(settings) as client:
-        file = _upload(client, [line("a"), line("b")])
-        batch = store.create_batch(
-            client.sessions,
-            input_file_id=file.id,
-            endpoint="/v1/chat/completions",
-            completion_window="2s",
-            owner="team",
-        )
+        batch = _new_batch(client, [line("a"), line("b")], window="2s")
         assert enqueue_batch(client, batch.id, holder="test")
         time.sleep(2.1)
         expired = store.refresh_batch(client.sessions, batch.id, cancel_job=client.cancel)
@@ -251,14 +245,7 @@ def test_a_full_batch_queue_is_waited_out_and_a_restart_resumes(settings: Settin
         broker.rpop(queue)
 
     with Client(settings) as client:
-        file = _upload(client, [line(f"r{i}") for i in range(6)])
-        batch = store.create_batch(
-            client.sessions,
-            input_file_id=file.id,
-            endpoint="/v1/chat/completions",
-            completion_window="24h",
-            owner="team",
-        )
+        batch = _new_batch(client, [line(f"r{i}") for i in range(6)])
         # Stopped after the first chunk, as a gateway shutting down would be.
         progress: list[int] = []
         enqueue_batch(
@@ -280,6 +267,17 @@ def test_a_full_batch_queue_is_waited_out_and_a_restart_resumes(settings: Settin
     assert sorted(job.custom_id or "" for job in jobs) == [f"r{i}" for i in range(6)]
 
 
+def _new_batch(client: Client, lines: list[str], *, window: str = "24h") -> Batch:
+    """Upload ``lines`` and make them a batch of the owner ``team`` (nothing sent yet)."""
+    return store.create_batch(
+        client.sessions,
+        input_file_id=_upload(client, lines).id,
+        endpoint="/v1/chat/completions",
+        completion_window=window,
+        owner="team",
+    )
+
+
 def _upload(client: Client, lines: list[str]) -> store.BatchFile:
     return store.create_file(
         client.sessions,
@@ -291,22 +289,20 @@ def _upload(client: Client, lines: list[str]) -> store.BatchFile:
     )
 
 
-def test_llmq_batch_resume_sends_what_an_interrupted_submit_left(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from producer.cli import main
-
+@pytest.fixture
+def cli_settings(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """``settings``, also in the environment an ``llmq`` command reads."""
     monkeypatch.setenv("LLMQ_BROKER_URL", settings.broker_url)
     monkeypatch.setenv("LLMQ_DATABASE_URL", settings.database_url)
+    return settings
+
+
+def test_llmq_batch_resume_sends_what_an_interrupted_submit_left(
+    cli_settings: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = cli_settings
     with Client(settings) as client:
-        file = _upload(client, [line(f"r{i}") for i in range(5)])
-        batch = store.create_batch(
-            client.sessions,
-            input_file_id=file.id,
-            endpoint="/v1/chat/completions",
-            completion_window="24h",
-            owner="team",
-        )
+        batch = _new_batch(client, [line(f"r{i}") for i in range(5)])
 
         def interrupt(done: int, _total: int) -> None:
             raise KeyboardInterrupt  # Ctrl-C after the first chunk, as in llmq batch submit
@@ -325,22 +321,11 @@ def test_llmq_batch_resume_sends_what_an_interrupted_submit_left(
 
 
 def test_llmq_batch_resume_leaves_a_batch_another_process_is_sending(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    cli_settings: Settings, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from producer.batches.enqueue import claim
-    from producer.cli import main
-
-    monkeypatch.setenv("LLMQ_BROKER_URL", settings.broker_url)
-    monkeypatch.setenv("LLMQ_DATABASE_URL", settings.database_url)
+    settings = cli_settings
     with Client(settings) as client:
-        file = _upload(client, [line("r0"), line("r1")])
-        batch = store.create_batch(
-            client.sessions,
-            input_file_id=file.id,
-            endpoint="/v1/chat/completions",
-            completion_window="24h",
-            owner="team",
-        )
+        batch = _new_batch(client, [line("r0"), line("r1")])
         assert claim(client.sessions, batch.id, "a-gateway") is not None
         assert main(["batch", "resume", batch.id, "--owner", "team"]) == 1
         assert "another process" in capsys.readouterr().err
