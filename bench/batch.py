@@ -51,9 +51,7 @@ def run_batch(
     """Throughput of ``requests`` requests as one batch and one at a time (interactive),
     on one warm worker, same run; plus interactive TTFT p50 over ``samples`` requests
     on the idle worker and while the batch runs."""
-    with bench_rig(
-        settings, tier, concurrency=concurrency, direct_engine=False, prefill_prompts=False
-    ) as rig:
+    with bench_rig(settings, tier, concurrency=concurrency, prefill_prompts=False) as rig:
         for _ in range(3):  # warm the path
             queued_ttft_ms(rig, 4)
         idle = _ttfts(rig, samples, max_tokens)

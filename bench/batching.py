@@ -22,11 +22,11 @@ from bench.harness import (
     bench_rig,
     counted,
     direct_options,
+    engine_only,
     median,
     request_fields,
     rounded,
 )
-from bench.overhead import engine_only
 from schemas.errors import ConfigError
 from schemas.queues import Tier
 from schemas.settings import Settings
@@ -78,9 +78,7 @@ def run_batching(
             for level in _sweep(f"direct engine, round {index + 1}/{rounds}", swept):
                 tag = f"r{index}-{level}"
                 direct[level].append(_direct_tok_s(engine, level, waves, max_tokens, tag))
-    with bench_rig(
-        settings, tier, concurrency=slots, direct_engine=False, prefill_prompts=False
-    ) as rig:
+    with bench_rig(settings, tier, concurrency=slots, prefill_prompts=False) as rig:
         _queued_tok_s(rig, 2, 1, max_tokens)
         for index in range(rounds):
             for level in _sweep(f"through the queue, round {index + 1}/{rounds}", swept):

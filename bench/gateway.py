@@ -34,9 +34,7 @@ def run_gateway(
     settings: Settings, *, tier: Tier, samples: int, max_tokens: int, port: int
 ) -> dict[str, Any]:
     """Alternate the same streamed request through the gateway and the Python client."""
-    with bench_rig(
-        settings, tier, concurrency=4, direct_engine=False, prefill_prompts=False
-    ) as rig:
+    with bench_rig(settings, tier, prefill_prompts=False) as rig:
         secret = create_key(rig.client.sessions, "bench")[1]
         with gateway_process(rig.settings, port) as url, httpx.Client(base_url=url) as http:
             headers = {"Authorization": f"Bearer {secret}"}

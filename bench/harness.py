@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar, cast
 
 import numpy as np
 
@@ -40,10 +41,9 @@ def counted(what: str, total: int, *, unit: str = "requests") -> ProgressBar:
 
 @dataclass
 class Rig:
-    """A direct in-process engine and a client talking to a worker on the same model."""
+    """A worker process on a tier's model and a client talking to it."""
 
     settings: Settings
-    engine: VllmEngine | None
     client: Client
     tier: Tier
 
@@ -66,79 +66,129 @@ def bench_rig(
     settings: Settings,
     tier: Tier,
     *,
-    concurrency: int,
-    direct_engine: bool = True,
+    concurrency: int | None = None,
     prefill_prompts: bool = True,
 ) -> Iterator[Rig]:
-    """Start both paths on ``tier``'s model; the worker runs as its own process.
+    """A worker on ``tier``'s model, as its own process, with ``concurrency`` slots
+    (None: the tier's configured number, the worker as deployed), and a client.
 
     The job database is :func:`bench_database`'s. A bench whose requests name no
     system prompt passes ``prefill_prompts=False``: its worker starts without
     prefilling the registered prompts (the 2k-token one takes seconds on a CPU) and
     never re-prefills them in the middle of a measurement. Inside
-    :func:`shared_workers`, a worker-only rig is left running for the next bench.
+    :func:`shared_starts`, a worker-only rig is left running for the next bench.
     """
-
-    def start(direct: bool) -> contextlib.AbstractContextManager[Rig]:
-        return _start_rig(
+    slots = settings.tier(tier).concurrency if concurrency is None else concurrency
+    if not _sharing.on:
+        release_held()
+        with _start_rig(
             settings,
             tier,
-            concurrency=concurrency,
-            direct_engine=direct,
-            prefill_prompts=prefill_prompts,
-        )
-
-    if direct_engine or not _sharing.on:
-        release_shared_worker()
-        with start(direct_engine) as rig:
+            concurrency=slots,
+            env=None if prefill_prompts else {"LLMQ_PREFILL_PROMPTS": "0"},
+        ) as rig:
             yield rig
         return
-    key = (settings, tier, concurrency, prefill_prompts)
-    if _sharing.held is None or _sharing.held.key != key:
-        release_shared_worker()
-        stack = contextlib.ExitStack()
-        rig = stack.enter_context(start(False))
-        _sharing.held = _HeldRig(key=key, rig=rig, stack=stack)
-    try:
-        yield _sharing.held.rig
-    except BaseException:
-        release_shared_worker()  # a bench that failed may leave its worker busy
-        raise
+    # A shared worker prefills once, so that it serves the benches that name a system
+    # prompt too, and never refreshes: no re-prefill lands inside a measurement, and
+    # requests that name no system prompt run on it as on an unprefilled worker.
+    shared_env = {"LLMQ_PREFILL_INTERVAL_S": str(NEVER_S)}
+    with _held(
+        ("worker", settings, tier, slots),
+        lambda: _start_rig(settings, tier, concurrency=slots, env=shared_env),
+    ) as rig:
+        yield rig
+
+
+@contextlib.contextmanager
+def engine_only(
+    settings: Settings, tier: Tier, *, concurrency: int | None = None, fresh: bool = False
+) -> Iterator[VllmEngine]:
+    """The tier's engine in this process, with the worker's engine settings (and its
+    ``concurrency``, the batch it runs at most, where given). Inside
+    :func:`shared_starts` it is left running for the next bench that asks for the
+    same engine, unless ``fresh`` (an engine that has served nothing yet)."""
+    config = settings.tier(tier)
+    if concurrency is not None:
+        config = config.model_copy(update={"concurrency": concurrency})
+
+    @contextlib.contextmanager
+    def start() -> Iterator[VllmEngine]:
+        with step(f"starting a {tier} engine in this process"):
+            engine = VllmEngine.start(
+                model_path=resolve_model(config.model, settings.bundled_model_dir),
+                config=config,
+            )
+        try:
+            yield engine
+        finally:
+            engine.shutdown()
+
+    if fresh or not _sharing.on:
+        release_held()  # one engine at a time
+        with start() as engine:
+            yield engine
+        return
+    with _held(("engine", settings, tier, config.concurrency), start) as engine:
+        yield engine
+
+
+# Long enough for any suite: a shared worker's prompts are prefilled once, at its start.
+NEVER_S = 10 * 24 * 3600.0
 
 
 @dataclass
-class _HeldRig:
+class _Held:
     key: tuple[object, ...]
-    rig: Rig
+    thing: object
     stack: contextlib.ExitStack
 
 
 @dataclass
 class _Sharing:
     on: bool = False
-    held: _HeldRig | None = None
+    held: _Held | None = None
 
 
 # Module state: a process runs one bench at a time, and at most one engine.
 _sharing = _Sharing()
 
+T = TypeVar("T")
+
 
 @contextlib.contextmanager
-def shared_workers() -> Iterator[None]:
-    """While open, a bench asking for the same worker as the bench before it (tier,
-    slots, prefill) reuses that worker instead of starting its own; anything that
-    starts an engine in this process stops the held worker first (one engine at a
-    time). Engine starts are most of a quick report's run on a small CPU host."""
+def _held(
+    key: tuple[object, ...], start: Callable[[], contextlib.AbstractContextManager[T]]
+) -> Iterator[T]:
+    """The held engine or worker if it is ``key``'s, else a new one (the old stopped
+    first: one engine at a time), left running when the bench ends well."""
+    if _sharing.held is None or _sharing.held.key != key:
+        release_held()
+        stack = contextlib.ExitStack()
+        _sharing.held = _Held(key=key, thing=stack.enter_context(start()), stack=stack)
+    try:
+        yield cast(T, _sharing.held.thing)
+    except BaseException:
+        release_held()  # a bench that failed may leave it busy
+        raise
+
+
+@contextlib.contextmanager
+def shared_starts() -> Iterator[None]:
+    """While open, a bench asking for the same worker or in-process engine as the bench
+    before it (tier, slots) reuses it instead of starting its own; anything else that
+    starts an engine stops the held one first (one engine at a time). Engine starts
+    are most of a quick report's run on a small CPU host."""
     _sharing.on = True
     try:
         yield
     finally:
         _sharing.on = False
-        release_shared_worker()
+        release_held()
 
 
-def release_shared_worker() -> None:
-    """Stop the worker :func:`shared_workers` holds, if any."""
+def release_held() -> None:
+    """Stop the worker or engine :func:`shared_starts` holds, if any."""
     held, _sharing.held = _sharing.held, None
     if held is not None:
         held.stack.close()
@@ -146,41 +196,22 @@ def release_shared_worker() -> None:
 
 @contextlib.contextmanager
 def _start_rig(
-    settings: Settings,
-    tier: Tier,
-    *,
-    concurrency: int,
-    direct_engine: bool = True,
-    prefill_prompts: bool = True,
+    settings: Settings, tier: Tier, *, concurrency: int, env: dict[str, str] | None
 ) -> Iterator[Rig]:
-    """A fresh rig: a worker process (and an engine here if ``direct_engine``)."""
+    """A fresh rig: a worker process (its environment plus ``env``) and a client."""
     with (
         bench_database(settings) as ready,
         tempfile.TemporaryDirectory(prefix="llmq-bench-") as scratch,
     ):
-        config = ready.tier(tier)
-        model_path = resolve_model(config.model, ready.bundled_model_dir)
         log = (Path(scratch) / "worker.log").open("wb")
-        worker = start_worker_process(
-            ready,
-            tier,
-            concurrency=concurrency,
-            output=log,
-            env=None if prefill_prompts else {"LLMQ_PREFILL_PROMPTS": "0"},
-        )
-        engine = None
-        also = " and an engine in this process" if direct_engine else ""
+        worker = start_worker_process(ready, tier, concurrency=concurrency, output=log, env=env)
         try:
-            with step(f"starting a {tier} worker{also}"):
-                if direct_engine:
-                    engine = VllmEngine.start(model_path=model_path, config=config)
+            with step(f"starting a {tier} worker"):
                 wait_until_warm(ready, tier, worker)
             with Client(ready) as client:
-                yield Rig(settings=ready, engine=engine, client=client, tier=tier)
+                yield Rig(settings=ready, client=client, tier=tier)
         finally:
             stop_process(worker)
-            if engine is not None:
-                engine.shutdown()
             log.close()
 
 
@@ -199,24 +230,17 @@ def request_fields(max_tokens: int) -> dict[str, object]:
     }
 
 
-def direct_engine(rig: Rig) -> VllmEngine:
-    """The in-process engine; only rigs started with ``direct_engine=True`` have one."""
-    assert rig.engine is not None, "this benchmark runs no direct engine"
-    return rig.engine
-
-
 def direct_options(max_tokens: int) -> SamplingOptions:
     return SamplingOptions(max_tokens=max_tokens, temperature=0.0)
 
 
-def direct_ttft_ms(
-    rig: Rig,
+def engine_ttft_ms(
+    engine: VllmEngine,
     request_id: str,
     max_tokens: int,
     messages: list[dict[str, str]] | None = None,
 ) -> float:
-    """Time to first text from calling the engine directly (prompt rendering included)."""
-    engine = direct_engine(rig)
+    """Time to first text from calling ``engine`` directly (prompt rendering included)."""
     started = time.perf_counter()
     prompt = engine.render_chat(messages or [{"role": "user", "content": BENCH_PROMPT}])
     ttft: float | None = None

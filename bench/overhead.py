@@ -1,19 +1,19 @@
 """``llmq bench overhead``: what the queue path adds to first-token and inter-token time.
 
 The direct side is an engine in this process; the queued side is a worker process,
-reached through Redis with the Python client. Only one engine is up at a time (an
-idle vLLM engine's threads spin and would slow the other side on a small host), so
-the sides alternate in blocks, each starting its engine afresh. This process runs
+reached through Redis with the Python client; both run the tier's engine settings and
+slots. Only one engine is up at a time (an idle vLLM engine's threads spin and would
+slow the other side on a small host), so the sides alternate in blocks, each starting
+its engine afresh. This process runs
 with the worker's GIL switch interval, so both sides hop threads alike.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from bench.harness import (
@@ -23,17 +23,15 @@ from bench.harness import (
     bench_rig,
     counted,
     direct_timing,
+    engine_only,
     median,
     percentile,
     queued_timing,
-    release_shared_worker,
     rounded,
-    step,
 )
 from schemas.queues import Tier
 from schemas.settings import Settings
 from workers.engine.vllm import VllmEngine
-from workers.models import resolve_model
 from workers.worker import GIL_SWITCH_INTERVAL_S
 
 
@@ -50,15 +48,15 @@ def run_overhead(
     queued: list[StreamTiming] = []
     for block in range(blocks):
         which = f"block {block + 1}/{blocks}"
+        # Queued first: in a quick report the bench before this one left its worker
+        # running, and the bench after it (batching) starts with the direct engine.
+        with bench_rig(settings, tier, prefill_prompts=False) as rig:
+            queued += _block(
+                lambda _i: queued_timing(rig, max_tokens), per_block, label=f"queued, {which}"
+            )
         with engine_only(settings, tier) as engine:
             direct += _block(
                 _direct_sample(engine, block, max_tokens), per_block, label=f"direct, {which}"
-            )
-        with bench_rig(
-            settings, tier, concurrency=4, direct_engine=False, prefill_prompts=False
-        ) as rig:
-            queued += _block(
-                lambda _i: queued_timing(rig, max_tokens), per_block, label=f"queued, {which}"
             )
     return _report(direct, queued, tier=tier, max_tokens=max_tokens, blocks=blocks)
 
@@ -70,26 +68,6 @@ def _direct_sample(
         return direct_timing(engine, f"bench-direct-{block}-{index}", max_tokens)
 
     return sample
-
-
-@contextlib.contextmanager
-def engine_only(
-    settings: Settings, tier: Tier, *, concurrency: int | None = None
-) -> Iterator[VllmEngine]:
-    """The tier's engine in this process, with the worker's engine settings (and its
-    ``concurrency``, the batch it runs at most, where given)."""
-    config = settings.tier(tier)
-    if concurrency is not None:
-        config = config.model_copy(update={"concurrency": concurrency})
-    release_shared_worker()  # one engine at a time
-    with step(f"starting a {tier} engine in this process"):
-        engine = VllmEngine.start(
-            model_path=resolve_model(config.model, settings.bundled_model_dir), config=config
-        )
-    try:
-        yield engine
-    finally:
-        engine.shutdown()
 
 
 def _block(sample: Callable[[int], StreamTiming], count: int, *, label: str) -> list[StreamTiming]:

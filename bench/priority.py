@@ -51,9 +51,7 @@ def run_priority(
     if samples < MIN_P99_SAMPLES:
         raise ValueError(f"a p99 needs at least {MIN_P99_SAMPLES} samples, not {samples}")
     shares = slot_shares(settings.tier(tier), concurrency)
-    with bench_rig(
-        settings, tier, concurrency=concurrency, direct_engine=False, prefill_prompts=False
-    ) as rig:
+    with bench_rig(settings, tier, concurrency=concurrency, prefill_prompts=False) as rig:
         idle = _interactive_samples(
             rig, samples, max_tokens, warmup=PAIRED_WARMUP_ROUNDS, label="idle worker"
         )

@@ -78,7 +78,7 @@ def run_prompt(
         settings = settings.model_copy(update={"prompts_dir": folder})
         with (
             _worker_env("LLMQ_PROMPTS_DIR", str(folder)),
-            bench_rig(settings, tier, concurrency=8, direct_engine=False) as rig,
+            bench_rig(settings, tier, concurrency=8) as rig,
         ):
             with step("waiting for the worker to load both versions"):
                 wait_for_prompts(rig.client, tier, [original.ref, compressed.ref])

@@ -30,28 +30,29 @@ Result = dict[str, Any]
 
 # Smaller samples for --quick: the whole suite in under ten minutes on a 2-core CPU.
 # Engine and worker starts are most of that time, so the quick suite runs in an order
-# where the benches that use a worker alone share one (bench.harness.shared_workers):
-# overhead's worker serves gateway, and one of 16 slots serves batching, batch and
-# priority (which runs with 16 slots instead of its default 8 when quick).
+# where the benches share what they start (bench.harness.shared_starts): gateway's
+# worker serves overhead's queued side; overhead's direct engine serves batching's
+# direct side; and one worker serves batching's queued side, batch, priority and
+# warm's warm side. Four starts in all (warm's cold side needs an engine of its own).
 QUICK: dict[str, dict[str, Any]] = {
-    "overhead": {"samples": 10, "blocks": 1, "max_tokens": 8},
     # TTFT needs one token; each further token is a second or so of a slow CPU host.
     "gateway": {"samples": 10, "max_tokens": 2},
+    "overhead": {"samples": 10, "blocks": 1, "max_tokens": 8},
     # The whole 1-16 sweep, one round, each slot sending one request per level.
     "batching": {"rounds": 1, "waves": 1, "max_tokens": 16},
     "batch": {"requests": 40, "samples": 8},
     # A p99 needs 100 samples (the bench refuses fewer); the flood is what shrinks.
     "priority": {"samples": 100, "batch_jobs": 100, "concurrency": 16, "max_tokens": 2},
-    "warm": {},
+    "warm": {"max_tokens": 2},
     "classifier": {"samples": 200, "baseline_samples": 40},
     # The measured run starts a worker for each of the three tiers (minutes here), the
     # local profile an engine: quick simulates on the GPU profile only, and says so.
     "routing": {"requests": 500, "measured_cases": 0, "local_profile": 0},
 }
-# The benches that may reuse the worker the bench before them left running.
-SHARE_A_WORKER = frozenset({"overhead", "gateway", "batching", "batch", "priority"})
-# The suite, in page order. faults and peer run minutes even when small; they join a
-# full run and are drawn whenever their JSON is in the folder.
+# The benches that may reuse the worker or engine the bench before them left running.
+SHARE_A_WORKER = frozenset({"gateway", "overhead", "batching", "batch", "priority", "warm"})
+# The suite, in run order (the page has its own). faults and peer run minutes even when
+# small; they join a full run and are drawn whenever their JSON is in the folder.
 FULL_SUITE = (*QUICK, "peer", "faults")
 
 
@@ -123,11 +124,11 @@ def run_report(
     A benchmark that fails is noted on the page and in ``<bench>.error.txt``; the
     others still run.
     """
-    from bench.harness import shared_workers
+    from bench.harness import shared_starts
 
     out.mkdir(parents=True, exist_ok=True)
     names = list(benches or (tuple(QUICK) if quick else FULL_SUITE))
-    with shared_workers() if quick else contextlib.nullcontext():
+    with shared_starts() if quick else contextlib.nullcontext():
         _run_missing(settings, names, out=out, quick=quick, tier=tier, progress=progress)
     page = build_report(out, machine=machine_details(settings, tier))
     progress(f"report: {page}")
@@ -143,7 +144,7 @@ def _run_missing(
     tier: Tier,
     progress: Callable[[str], None],
 ) -> None:
-    from bench.harness import release_shared_worker
+    from bench.harness import release_held
 
     for index, name in enumerate(names, 1):
         path = out / f"{name}.json"
@@ -152,7 +153,7 @@ def _run_missing(
             continue
         progress(f"[{index}/{len(names)}] {name}: running{' (quick)' if quick else ''}...")
         if name not in SHARE_A_WORKER:
-            release_shared_worker()  # it starts engines of its own
+            release_held()  # it starts engines of its own
         started = time.monotonic()
         try:
             result = run_one(settings, name, quick=quick, tier=tier)

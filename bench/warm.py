@@ -7,8 +7,8 @@ from typing import Any
 from bench.harness import (
     bench_rig,
     counted,
-    direct_engine,
-    direct_ttft_ms,
+    engine_only,
+    engine_ttft_ms,
     median,
     queued_sample,
     rounded,
@@ -45,20 +45,14 @@ QUESTIONS = (
 
 
 def run_warm(settings: Settings, *, tier: Tier, max_tokens: int, prompt: str) -> dict[str, Any]:
-    """Cold: a fresh engine (no warm-up) serves its first request with the system prompt.
+    """Warm: a request with the system prompt through the queue to a worker that has
+    warmed up and prefilled the prompt, then 20 more with other questions.
 
-    Warm: the same request through the queue to a worker that has warmed up and prefilled
-    the prompt, then 20 more with other questions. Same model, same prompt, one run.
+    Cold: then, with the worker stopped (one engine at a time), a fresh engine in this
+    process (no warm-up) serves the first request. Same model, same prompt, one run.
     """
     system = PromptRegistry.load(settings.prompts_dir).resolve(prompt, tier=tier)
-    with bench_rig(settings, tier, concurrency=4) as rig:
-        first_messages = [
-            {"role": "system", "content": system.text},
-            {"role": "user", "content": QUESTIONS[0]},
-        ]
-        # The direct engine has served nothing yet: this is a true cold start.
-        with step("cold: first request on the fresh engine"):
-            cold = direct_ttft_ms(rig, "cold-first", max_tokens, first_messages)
+    with bench_rig(settings, tier) as rig:
         samples = [
             queued_sample(
                 rig,
@@ -71,9 +65,14 @@ def run_warm(settings: Settings, *, tier: Tier, max_tokens: int, prompt: str) ->
             )
             for question in counted("warm: queued requests", len(QUESTIONS)).track(QUESTIONS)
         ]
-        prefix_tokens = len(
-            direct_engine(rig).render_chat([{"role": "system", "content": system.text}])
-        )
+    with engine_only(settings, tier, fresh=True) as engine:
+        first_messages = [
+            {"role": "system", "content": system.text},
+            {"role": "user", "content": QUESTIONS[0]},
+        ]
+        with step("cold: first request on the fresh engine"):
+            cold = engine_ttft_ms(engine, "cold-first", max_tokens, first_messages)
+        prefix_tokens = len(engine.render_chat([{"role": "system", "content": system.text}]))
     warm_first = samples[0][0]
     rest = median(ttft for ttft, _ in samples[1:])
     hits = sum(1 for _, r in samples if r.usage.cached_prompt_tokens >= HIT_SHARE * prefix_tokens)
