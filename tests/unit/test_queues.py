@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import kombu
 import pytest
 
 from schemas import queues
@@ -43,7 +44,17 @@ def test_celery_speaks_json_only_and_reads_queues_in_order() -> None:
     assert config["broker_transport_options"] == {
         "visibility_timeout": 123,
         "queue_order_strategy": "priority",
+        "polling_interval": queues.BRPOP_TIMEOUT_S,
     }
+
+
+def test_a_worker_polls_its_queues_in_short_brpops() -> None:
+    # A resumed queue joins the next BRPOP: kombu must really take the short timeout.
+    config = celery_config(broker_url="redis://127.0.0.1:1/0", visibility_timeout_s=60)
+    connection = kombu.Connection(
+        config["broker_url"], transport_options=config["broker_transport_options"]
+    )
+    assert connection.transport.brpop_timeout == queues.BRPOP_TIMEOUT_S
 
 
 def test_redis_key_names_stay_as_deployments_wrote_them() -> None:
