@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-import kombu
 import pytest
+from kombu.connection import Connection
 
 from schemas import queues
 from schemas.queues import (
@@ -51,7 +51,7 @@ def test_celery_speaks_json_only_and_reads_queues_in_order() -> None:
 def test_a_worker_polls_its_queues_in_short_brpops() -> None:
     # A resumed queue joins the next BRPOP: kombu must really take the short timeout.
     config = celery_config(broker_url="redis://127.0.0.1:1/0", visibility_timeout_s=60)
-    connection = kombu.Connection(
+    connection = Connection(  # type: ignore[no-untyped-call]
         config["broker_url"], transport_options=config["broker_transport_options"]
     )
     assert connection.transport.brpop_timeout == queues.BRPOP_TIMEOUT_S
