@@ -63,7 +63,7 @@ class TierConfig(BaseModel):
         ge=0,
         description="slots batch work may hold while interactive work runs (or ran in the "
         "last interactive_hold_s): fewer sequences make each engine step, and so each "
-        "interactive token, faster; None: half of batch's share",
+        "interactive token, faster; None: a sixth of batch's share (at least batch_min_slots)",
     )
     interactive_hold_s: float = Field(
         default=5.0,

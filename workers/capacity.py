@@ -88,11 +88,16 @@ class SlotShares:
         return running[Priority.INTERACTIVE] >= self.slots - self.batch_min
 
 
+# While interactive work is about, batch keeps 1/this of its share by default.
+UNDER_INTERACTIVE_DIVISOR = 6
+
+
 def slot_shares(config: TierConfig, slots: int) -> SlotShares:
     """The tier's shares for a worker of ``slots`` slots (``--concurrency`` may differ).
 
     By default a quarter of the slots (at least one) is kept for interactive work, and
-    while interactive work is about, batch holds at most half of its share.
+    while interactive work is about, batch holds a sixth of its share (at least its
+    minimum): 2 of 12 batch slots on a 16-slot worker.
     """
     reserved = config.reserved_interactive_slots
     if reserved is None:
@@ -102,7 +107,9 @@ def slot_shares(config: TierConfig, slots: int) -> SlotShares:
     batch_min = min(config.batch_min_slots, batch_max)
     under = config.batch_slots_under_interactive
     if under is None:
-        under = batch_max // 2
+        # Measured on 2-core CPU hosts: with half of the share (6 of 12) beside it, an
+        # interactive first token took 3-3.6x its idle time; with 2, 1.4-1.8x.
+        under = batch_max // UNDER_INTERACTIVE_DIVISOR
     return SlotShares(
         slots=slots,
         reserved_interactive=reserved,

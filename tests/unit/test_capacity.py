@@ -33,7 +33,9 @@ def test_interactive_leaves_the_batch_minimum_only_while_batch_waits() -> None:
 
 
 def test_default_shares_keep_a_quarter_for_interactive_work() -> None:
-    assert slot_shares(TierConfig(), 16) == SlotShares(16, 4, 1, batch_under_interactive=6)
+    assert slot_shares(TierConfig(), 16) == SlotShares(16, 4, 1, batch_under_interactive=2)
+    assert slot_shares(TierConfig(), 8) == SlotShares(8, 2, 1, batch_under_interactive=1)
+    assert slot_shares(TierConfig(batch_min_slots=3), 8).batch_under_interactive == 3
     assert slot_shares(TierConfig(), 2) == SlotShares(2, 1, 1, batch_under_interactive=1)
     assert slot_shares(TierConfig(), 1) == SlotShares(1, 0, 1, batch_under_interactive=1)
     assert slot_shares(TierConfig(reserved_interactive_slots=3, batch_min_slots=0), 4) == (
