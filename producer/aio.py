@@ -13,7 +13,7 @@ from producer.client import Client, result_from_terminal
 from producer.streams import Event, aread_events
 from producer.submission import RequestLike
 from schemas.broker import async_redis_client
-from schemas.errors import JobFailed
+from schemas.errors import job_ended
 from schemas.events import ErrorEvent, TerminalEvent, TokenEvent, is_terminal
 from schemas.jobs import JobResult, JobStatus
 from schemas.queues import Priority, Tier
@@ -147,7 +147,7 @@ class AsyncJobHandle:
             if isinstance(event, TokenEvent):
                 yield event.text
             elif isinstance(event, ErrorEvent):
-                raise JobFailed(f"job {self.job_id} failed: {event.message}")
+                raise job_ended(self.job_id, event.message, event.status)
 
     async def result(self, *, timeout: float | None = None) -> JobResult:
         """Wait for the final text and timings; raises ``JobFailed`` or ``JobTimeout``."""

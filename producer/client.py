@@ -28,7 +28,7 @@ from producer.submission import RequestLike, prepare_submission
 from schemas.boundary import broker_boundary
 from schemas.broker import redis_client as broker_client
 from schemas.db import make_engine, make_sessions
-from schemas.errors import BrokerUnavailable, JobFailed, QueueFull
+from schemas.errors import BrokerUnavailable, QueueFull, job_ended
 from schemas.events import ErrorEvent, TerminalEvent, TokenEvent, is_terminal
 from schemas.jobs import CANCELLED_MESSAGE, JobResult, JobStatus
 from schemas.prompt_registry import PromptCatalog, PromptRegistry
@@ -209,7 +209,9 @@ class Client:
         ttl_s = self.settings.replay_ttl_s
         with broker_boundary(f"cancel job {job_id}"):
             if cancel_if_queued(self._sessions, job_id):
-                close_stream(self._redis, job_id, CANCELLED_MESSAGE, ttl_s=ttl_s)
+                close_stream(
+                    self._redis, job_id, CANCELLED_MESSAGE, ttl_s=ttl_s, status="cancelled"
+                )
             else:
                 request_cancel(self._redis, job_id, ttl_s=ttl_s)
 
@@ -279,7 +281,7 @@ class JobHandle:
             if isinstance(event, TokenEvent):
                 yield event.text
             elif isinstance(event, ErrorEvent):
-                raise JobFailed(f"job {self.job_id} failed: {event.message}")
+                raise job_ended(self.job_id, event.message, event.status)
 
     def result(self, *, timeout: float | None = None) -> JobResult:
         """Wait for the final text and timings; raises ``JobFailed`` or ``JobTimeout``."""
@@ -295,7 +297,7 @@ def result_from_terminal(
 ) -> JobResult:
     """The caller's view of a terminal event; raises ``JobFailed`` for an error event."""
     if isinstance(terminal, ErrorEvent):
-        raise JobFailed(f"job {job_id} failed: {terminal.message}")
+        raise job_ended(job_id, terminal.message, terminal.status)
     return JobResult(
         job_id=job_id,
         status=JobStatus.DONE,

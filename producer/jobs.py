@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from schemas.boundary import DATABASE_ERRORS, database_boundary, database_error
 from schemas.db_clock import db_now
 from schemas.errors import IdempotencyConflict, JobNotFound
-from schemas.events import ErrorEvent, FinalEvent, TerminalEvent, Timings, Usage
+from schemas.events import FinalEvent, TerminalEvent, Timings, Usage, error_event
 from schemas.jobs import CANCELLED_MESSAGE, JobStatus, could_be_job_id
 from schemas.queues import Priority
 from schemas.requests import GenerationRequest, RoutingDecision
@@ -187,5 +187,5 @@ def terminal_event_from_row(job: Job, seq: int) -> TerminalEvent | None:
             worker_id=job.worker_id or "",
         )
     if JobStatus(job.status).is_final:
-        return ErrorEvent(seq=seq, message=job.error or f"the job ended {job.status}")
+        return error_event(seq, job.error or f"the job ended {job.status}", job.status)
     return None

@@ -16,7 +16,7 @@ import redis
 import redis.asyncio as aioredis
 
 from producer.stream_protocol import Listen, ReadLog, ReadRow, StreamReader
-from schemas.events import AnyEvent, ErrorEvent, TerminalEvent
+from schemas.events import AnyEvent, TerminalEvent, error_event
 from schemas.queues import CANCEL_CHANNEL, cancel_key, event_channel, event_log_key
 from schemas.stream_log import EventLog
 
@@ -94,11 +94,17 @@ def _row(terminal_lookup: TerminalLookup | None, seq: int) -> TerminalEvent | No
     return None if terminal_lookup is None else terminal_lookup(seq)
 
 
-def close_stream(client: redis.Redis, job_id: str, message: str, *, ttl_s: int) -> None:
-    """End the stream of a job that no worker holds with an error event saying why."""
-    EventLog(client, job_id, ttl_s=ttl_s).append_next(
-        lambda seq: ErrorEvent(seq=seq, message=message)
-    )
+def close_stream(
+    client: redis.Redis,
+    job_id: str,
+    message: str,
+    *,
+    ttl_s: int,
+    status: str = "failed",
+) -> None:
+    """End the stream of a job that no worker holds with an error event saying why
+    (and how it ended: ``status``)."""
+    EventLog(client, job_id, ttl_s=ttl_s).append_next(lambda seq: error_event(seq, message, status))
 
 
 def request_cancel(client: redis.Redis, job_id: str, *, ttl_s: int) -> None:

@@ -56,6 +56,20 @@ class JobFailed(LlmqError):
     """The job ended with an error; the message says why."""
 
 
+class JobCancelled(JobFailed):
+    """The job was cancelled (by its owner) before it finished."""
+
+
+class JobExpired(JobFailed):
+    """The job's deadline passed while it was still queued; it never ran."""
+
+
+def job_ended(job_id: str, message: str, status: str) -> JobFailed:
+    """The error for a job that ended without an answer, by its final status."""
+    kind = {"cancelled": JobCancelled, "expired": JobExpired}.get(status, JobFailed)
+    return kind(f"job {job_id} {'failed' if kind is JobFailed else status}: {message}")
+
+
 class JobTimeout(LlmqError):
     """The job did not finish within the time the caller was willing to wait."""
 

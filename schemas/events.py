@@ -70,13 +70,22 @@ class FinalEvent(BaseModel):
 
 
 class ErrorEvent(BaseModel):
-    """The job failed; ``message`` says why in words a person can act on."""
+    """The job ended without an answer; ``message`` says why in words a person can act
+    on, ``status`` how it ended (the job row's final status; events written before it
+    existed read as ``failed``)."""
 
     model_config = ConfigDict(frozen=True)
 
     type: Literal["error"] = "error"
     seq: int = Field(ge=0)
     message: str
+    status: Literal["failed", "cancelled", "dead_letter", "expired"] = "failed"
+
+
+def error_event(seq: int, message: str, status: str = "failed") -> ErrorEvent:
+    """An :class:`ErrorEvent`; ``status`` is a final job status other than done
+    (``JobStatus`` values are strings); raises ``pydantic.ValidationError`` otherwise."""
+    return ErrorEvent.model_validate({"seq": seq, "message": message, "status": status})
 
 
 AnyEvent = TokenEvent | AttemptEvent | FinalEvent | ErrorEvent

@@ -279,7 +279,7 @@ def _fail(
     if recorded is False:
         _superseded(claimed)
         return
-    publisher.error(message)
+    publisher.error(message, status)
 
 
 def _superseded(claimed: ClaimedJob) -> None:

@@ -6,13 +6,14 @@ import redis
 
 from schemas.events import (
     AttemptEvent,
-    ErrorEvent,
     FinalEvent,
     Timings,
     TokenEvent,
     Usage,
+    error_event,
     parse_event,
 )
+from schemas.jobs import JobStatus
 from schemas.retry import retry_call
 from schemas.stream_log import EventLog
 
@@ -82,9 +83,9 @@ class StreamPublisher:
         )
         self._emit(event.model_dump_json())
 
-    def error(self, message: str) -> None:
-        """Publish the terminal failure event."""
-        self._emit(ErrorEvent(seq=self.seq, message=message).model_dump_json())
+    def error(self, message: str, status: JobStatus = JobStatus.FAILED) -> None:
+        """Publish the terminal event of a job that ended without an answer."""
+        self._emit(error_event(self.seq, message, status).model_dump_json())
 
     def _emit(self, payload: str) -> None:
         self._sent.append(payload)

@@ -150,7 +150,7 @@ class Reaper:
             log.warning("job %s expired in its queue: its deadline passed", job_id)
             publisher = StreamPublisher(self.redis, job_id, ttl_s=self.replay_ttl_s)
             publisher.adopt()
-            publisher.error(EXPIRED_MESSAGE)
+            publisher.error(EXPIRED_MESSAGE, JobStatus.EXPIRED)
 
     def _dead_workers(self, worker_ids: set[str], *, now: float) -> set[str]:
         """Workers missing from the registry for at least ``grace_s``."""
@@ -178,7 +178,7 @@ class Reaper:
                 log.error("job %s %s", row.id, message)
                 publisher = StreamPublisher(self.redis, row.id, ttl_s=self.replay_ttl_s)
                 publisher.adopt()
-                publisher.error(message)
+                publisher.error(message, JobStatus.DEAD_LETTER)
             return 0
         if not release_job(self.sessions, row, JobStatus.QUEUED):
             return 0  # its worker came back and finished it, or another reaper won

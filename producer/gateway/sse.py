@@ -9,7 +9,7 @@ from typing import Any
 
 from producer.aio import AsyncJobHandle
 from producer.gateway import openai_models as oai
-from producer.gateway.errors import http_error_for
+from producer.gateway.errors import http_error_for, http_error_for_ended
 from producer.gateway.metrics import GatewayMetrics
 from schemas.errors import LlmqError
 from schemas.events import ErrorEvent, FinalEvent, TokenEvent
@@ -49,8 +49,9 @@ async def sse_events(
                     usage = oai.chunk(job_id=job_id, model=model, delta={}, usage=event.usage)
                     yield encode(event_id, usage)
             elif isinstance(event, ErrorEvent):
-                status = "500"
-                error = oai.error_body(event.message, kind="server_error", code="job_failed")
+                http = http_error_for_ended(event.status)
+                status = str(http.status)
+                error = oai.error_body(event.message, kind=http.kind, code=http.code)
                 yield encode(event_id, error)
     except LlmqError as exc:
         http = http_error_for(exc)

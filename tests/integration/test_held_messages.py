@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from producer.client import Client
-from schemas.errors import JobFailed
+from schemas.errors import JobExpired
 from schemas.events import ErrorEvent, FinalEvent
 from schemas.jobs import JobStatus
 from schemas.queues import KNOWN_WORKERS_KEY, Priority, Tier, held_key, queue_name
@@ -146,7 +146,7 @@ def test_a_queued_job_past_its_deadline_expires_without_running(
         reaper.run_once()
         assert client.status(handle.job_id) is JobStatus.EXPIRED
         assert client.status(on_time.job_id) is JobStatus.QUEUED
-        with pytest.raises(JobFailed, match="expired"):
+        with pytest.raises(JobExpired, match="expired"):
             handle.result(timeout=5)
         events = list(client.events(handle.job_id, timeout=5))
         run_job(runtime_for(integration_settings, engine), handle.job_id)

@@ -16,7 +16,7 @@ from sqlalchemy import update
 
 from bench.redis_server import RedisServer
 from producer.client import Client
-from schemas.errors import JobFailed
+from schemas.errors import JobCancelled, JobFailed
 from schemas.events import AttemptEvent, ErrorEvent, FinalEvent, TokenEvent
 from schemas.jobs import JobStatus
 from schemas.queues import Priority, Tier, event_log_key
@@ -124,8 +124,11 @@ def test_a_job_whose_worker_dies_every_time_is_dead_lettered(
             die_mid_stream(integration_settings, handle.job_id, ["x"], f"small-{attempt}@gone")
             reaper.run_once()
         assert client.status(handle.job_id) is JobStatus.DEAD_LETTER
-        with pytest.raises(JobFailed, match="dead-lettered"):
+        with pytest.raises(JobFailed, match="dead-lettered") as dead:
             handle.result(timeout=5)
+        assert type(dead.value) is JobFailed  # neither cancelled nor expired
+        last = list(client.events(handle.job_id, timeout=5))[-1]
+        assert isinstance(last, ErrorEvent) and last.status == "dead_letter"
         engine = ScriptedEngine(["never"])
         run_job(runtime_for(integration_settings, engine), handle.job_id)
     assert engine.seen == []
@@ -176,7 +179,7 @@ def test_a_queued_job_cancelled_never_runs(integration_settings: Settings) -> No
         handle = client.submit(REQUEST)
         handle.cancel()
         assert client.status(handle.job_id) is JobStatus.CANCELLED
-        with pytest.raises(JobFailed, match="cancelled by its client"):
+        with pytest.raises(JobCancelled, match="cancelled by its client"):
             handle.result(timeout=5)
         run_job(runtime_for(integration_settings, engine), handle.job_id)
     assert engine.seen == []
@@ -197,6 +200,7 @@ def test_a_running_job_cancelled_stops_in_the_engine(integration_settings: Setti
         assert client.status(handle.job_id) is JobStatus.CANCELLED
     assert isinstance(rest[-1], ErrorEvent)
     assert rest[-1].message == "cancelled by its client"
+    assert rest[-1].status == "cancelled"
     assert len(rest) < 20  # aborted long before its 50 chunks
 
 
