@@ -65,6 +65,12 @@ class TierConfig(BaseModel):
         "last interactive_hold_s): fewer sequences make each engine step, and so each "
         "interactive token, faster; None: a sixth of batch's share (at least batch_min_slots)",
     )
+    batch_gives_way: bool = Field(
+        default=True,
+        description="when an interactive job arrives, batch jobs beyond "
+        "batch_slots_under_interactive stop and go back to their queue (their answers "
+        "are not streamed, so they start afresh unseen); off, they run to their end",
+    )
     interactive_hold_s: float = Field(
         default=5.0,
         ge=0.0,

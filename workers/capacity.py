@@ -168,8 +168,10 @@ class SlotGate:
         batch_waiting: Callable[[], bool],
         interactive_hold_s: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
+        on_interactive: Callable[[], None] | None = None,
     ) -> None:
         self.tier = tier
+        self._on_interactive = on_interactive
         self.shares = shares
         self._batch_waiting = batch_waiting
         self._hold_s = interactive_hold_s
@@ -207,6 +209,8 @@ class SlotGate:
             self._running[priority] += 1
             if priority is Priority.INTERACTIVE:
                 self._interactive_seen = self._clock()
+        if priority is Priority.INTERACTIVE and self._on_interactive is not None:
+            self._on_interactive()
         self.rebalance()
 
     def finished(self, task_id: str) -> None:

@@ -10,11 +10,12 @@ import time
 from dataclasses import dataclass, field
 
 import redis
+from kombu.exceptions import OperationalError as KombuOperationalError
 
 from schemas.errors import EngineDead, LlmqError
 from schemas.events import Timings, Usage
 from schemas.jobs import CANCELLED_MESSAGE, JobStatus
-from schemas.queues import SERVICE_MS_KEY
+from schemas.queues import SERVICE_MS_KEY, Priority
 from schemas.requests import GenerationRequest
 from workers.early_start import EarlyStart, JobHint, start_early
 from workers.engine.base import DeltaStream
@@ -24,6 +25,7 @@ from workers.jobs import (
     claim_job,
     fail_job,
     finish_job,
+    requeue_job,
     with_db_retry,
 )
 from workers.publisher import StreamPublisher
@@ -82,7 +84,9 @@ def run_job(runtime: WorkerRuntime, job_id: str, hint: JobHint | None = None) ->
 def _run_claimed(runtime: WorkerRuntime, claimed: ClaimedJob, early: EarlyStart | None) -> None:
     job_id = claimed.id
     publisher = StreamPublisher(runtime.redis, job_id, ttl_s=runtime.settings.replay_ttl_s)
-    running = runtime.running.start(job_id, early.running if early is not None else None)
+    running = runtime.running.start(
+        job_id, early.running if early is not None else None, priority=claimed.priority
+    )
     try:
         resumed = publisher.resume(claimed.attempt) if claimed.attempt > 1 else ""
         running.stop_at(_seconds_left(runtime, claimed))
@@ -102,6 +106,9 @@ def _run_claimed(runtime: WorkerRuntime, claimed: ClaimedJob, early: EarlyStart 
         return
     finally:
         runtime.running.finish(job_id)
+    if running.reason is StopReason.YIELDED and generation.finish_reason is None:
+        _yielded(runtime, claimed, published=publisher.seq > 0)
+        return
     if running.reason is not None and generation.finish_reason is None:
         _stopped(runtime, publisher, claimed, running.reason)
         return
@@ -280,6 +287,36 @@ def _fail(
         _superseded(claimed)
         return
     publisher.error(message, status)
+
+
+def _yielded(runtime: WorkerRuntime, claimed: ClaimedJob, *, published: bool) -> None:
+    """Send a batch job that gave way to interactive work back to its queue.
+
+    A batch answer goes out in one piece, at its end, so usually nothing of the job
+    was published: its next run starts afresh, as the same attempt. Where something
+    was (an engine that streams batch work too, or a resumed attempt), the attempt
+    is spent and the next one resumes from the text streamed, as after a crash.
+    Should the message be lost (Redis away, this worker dying), the reaper re-sends
+    a queued row that has none.
+    """
+    job_id = claimed.id
+    requeued = with_db_retry(
+        lambda: requeue_job(
+            runtime.sessions, job_id, attempt=claimed.attempt, spend_attempt=published
+        ),
+        what=f"put job {job_id} back in its queue",
+    )
+    if requeued is False:
+        _superseded(claimed)
+        return
+    if requeued is None or runtime.resend is None:
+        return  # the reaper finds it
+    try:
+        runtime.resend(job_id, runtime.tier, Priority(claimed.priority))
+    except (redis.RedisError, KombuOperationalError) as exc:
+        log.warning("job %s gave way but could not be re-sent (%s); the reaper will", job_id, exc)
+        return
+    log.info("batch job %s gave way to interactive work; back in its queue", job_id)
 
 
 def _superseded(claimed: ClaimedJob) -> None:

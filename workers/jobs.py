@@ -94,6 +94,29 @@ def claim_job(
     )
 
 
+def requeue_job(
+    sessions: sessionmaker[Session], job_id: str, *, attempt: int, spend_attempt: bool
+) -> bool:
+    """Put ``attempt`` of a running job back to queued; False if the job ended or moved
+    on meanwhile. Unless ``spend_attempt``, its next run is the same attempt again (it
+    gave way, nothing went wrong); spent, the next run resumes from what it streamed."""
+    requeue = (
+        update(Job)
+        .where(
+            Job.id == job_id,
+            Job.status == JobStatus.RUNNING.value,
+            Job.attempts == attempt,
+        )
+        .values(
+            status=JobStatus.QUEUED.value,
+            attempts=Job.attempts if spend_attempt else Job.attempts - 1,
+        )
+        .returning(Job.id)
+    )
+    with sessions.begin() as session:
+        return session.execute(requeue).first() is not None
+
+
 def finish_job(
     sessions: sessionmaker[Session],
     job_id: str,

@@ -10,7 +10,7 @@ from enum import StrEnum
 
 import redis
 
-from schemas.queues import CANCEL_CHANNEL, cancel_key
+from schemas.queues import CANCEL_CHANNEL, Priority, cancel_key
 from workers.background import BackgroundLoop
 
 log = logging.getLogger(__name__)
@@ -23,6 +23,8 @@ class StopReason(StrEnum):
 
     CANCELLED = "cancelled"
     DEADLINE = "deadline"
+    YIELDED = "yielded"
+    """A batch job gave its engine place to interactive work; it goes back to its queue."""
 
 
 @dataclass
@@ -31,6 +33,8 @@ class RunningJob:
 
     stop: threading.Event = field(default_factory=threading.Event)
     reason: StopReason | None = None
+    priority: str = ""
+    started: float = field(default_factory=time.monotonic)
     _timer: threading.Timer | None = None
 
     def halt(self, reason: StopReason) -> None:
@@ -57,9 +61,12 @@ class RunningJobs:
         self._lock = threading.Lock()
         self._jobs: dict[str, RunningJob] = {}
 
-    def start(self, job_id: str, job: RunningJob | None = None) -> RunningJob:
+    def start(
+        self, job_id: str, job: RunningJob | None = None, *, priority: str = ""
+    ) -> RunningJob:
         """Track ``job_id`` (as ``job``, when its generation already holds one)."""
         job = job if job is not None else RunningJob()
+        job.priority = priority
         with self._lock:
             self._jobs[job_id] = job
         return job
@@ -82,6 +89,20 @@ class RunningJobs:
             return False
         job.halt(StopReason.CANCELLED)
         return True
+
+    def yield_batch(self, keep: int) -> list[str]:
+        """Halt the batch jobs beyond the ``keep`` that started first (the youngest
+        have the least work to redo); return their ids."""
+        with self._lock:
+            batch = [
+                (job.started, job_id, job)
+                for job_id, job in self._jobs.items()
+                if job.priority == Priority.BATCH.value and job.reason is None
+            ]
+        batch.sort(key=lambda entry: entry[0])
+        for _started, _job_id, job in batch[max(keep, 0) :]:
+            job.halt(StopReason.YIELDED)
+        return [job_id for _started, job_id, _job in batch[max(keep, 0) :]]
 
 
 class CancelListener(BackgroundLoop):

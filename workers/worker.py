@@ -22,7 +22,7 @@ from schemas.queues import GENERATE_TASK, Priority, Tier, job_message, queue_nam
 from schemas.settings import Settings
 from workers.app import LlmqCelery, make_app
 from workers.background import BackgroundLoop
-from workers.capacity import SlotGate, install_gate, slot_shares
+from workers.capacity import SlotGate, SlotShares, install_gate, slot_shares
 from workers.engine.vllm import VllmEngine
 from workers.engine_watch import EngineWatch
 from workers.metrics import WorkerMetrics
@@ -108,6 +108,7 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
         resources.callback(engine.shutdown)
         # Leave the registry before the engine goes (withdraw is idempotent).
         resources.callback(registration.withdraw)
+        app = make_app(settings, worker_id=worker_id)
         runtime = WorkerRuntime(
             settings=settings,
             tier=options.tier,
@@ -117,6 +118,7 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
             sessions=make_sessions(db),
             prompts=PromptCatalog(settings.prompts_dir),
             on_engine_dead=stop_this_worker,
+            resend=_sender(app),
             metrics=WorkerMetrics(
                 tier=options.tier.value, slots=concurrency, in_flight=engine.in_flight
             ),
@@ -127,7 +129,6 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
         registration.track(engine.in_flight, runtime.prefix_stats.snapshot)
         keep_warm = _warm_engine(runtime, registration, options, concurrency)
         warm_job_path(runtime)
-        app = make_app(settings, worker_id=worker_id)
         app.runtime = runtime
         for helper in _helpers(runtime, app):
             resources.enter_context(helper)
@@ -173,11 +174,18 @@ def _phase(registration: WorkerRegistration, options: WorkerOptions, phase: str)
         options.on_phase(phase)
 
 
-def _helpers(runtime: WorkerRuntime, app: LlmqCelery) -> list[BackgroundLoop]:
-    """The cancel listener and the reaper of dead workers' jobs (not yet started)."""
+def _sender(app: LlmqCelery) -> Callable[[str, Tier, Priority], None]:
+    """Sends a job's message (without the request copy: the row is the truth)."""
 
     def send(job_id: str, tier: Tier, priority: Priority) -> None:
         app.send_task(GENERATE_TASK, **job_message(job_id, tier, priority))
+
+    return send
+
+
+def _helpers(runtime: WorkerRuntime, app: LlmqCelery) -> list[BackgroundLoop]:
+    """The cancel listener and the reaper of dead workers' jobs (not yet started)."""
+    send = _sender(app)
 
     def restore(worker_id: str) -> int:
         with app.connection_for_write() as connection:
@@ -209,6 +217,9 @@ def _consume(
             shares,
             batch_waiting=lambda: bool(runtime.redis.llen(batch_queue)),
             interactive_hold_s=tier_config.interactive_hold_s,
+            on_interactive=_batch_gives_way(runtime, shares)
+            if tier_config.batch_gives_way
+            else None,
         ),
     )
     queues = tier_queues(runtime.tier)
@@ -234,6 +245,19 @@ def _consume(
     )
     worker.start()
     return int(worker.exitcode or 0)
+
+
+def _batch_gives_way(runtime: WorkerRuntime, shares: SlotShares) -> Callable[[], None]:
+    """On each interactive message: halt the batch jobs beyond batch's share under
+    interactive work; they go back to their queue (``job_runner._yielded``)."""
+    keep = shares.batch_cap(interactive_about=True)
+
+    def give_way() -> None:
+        halted = runtime.running.yield_batch(keep)
+        if halted:
+            log.info("%d batch job(s) give way to interactive work", len(halted))
+
+    return give_way
 
 
 def stop_this_worker() -> None:

@@ -10,7 +10,7 @@ import redis
 from sqlalchemy.orm import Session, sessionmaker
 
 from schemas.prompt_registry import PromptCatalog
-from schemas.queues import Tier
+from schemas.queues import Priority, Tier
 from schemas.settings import Settings
 from workers.engine.base import Engine
 from workers.metrics import WorkerMetrics
@@ -35,3 +35,5 @@ class WorkerRuntime:
     metrics: WorkerMetrics | None = None
     on_engine_dead: Callable[[], None] = lambda: None
     """Called once the engine is found dead; the worker stops so it can be restarted."""
+    resend: Callable[[str, Tier, Priority], None] | None = None
+    """Sends a job's message again (a batch job that gave way to interactive work)."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,7 @@ from workers.jobs import claim_job
 from workers.publisher import StreamPublisher
 from workers.reaper import Reaper
 from workers.running_jobs import CancelListener
+from workers.worker_runtime import WorkerRuntime
 
 pytestmark = pytest.mark.integration
 
@@ -289,3 +292,63 @@ def test_prompts_and_outputs_stay_out_of_the_logs(
         assert handle.result(timeout=5).text == secret_output
     assert caplog.records  # the runner does log, just not the text
     assert "4111" not in caplog.text
+
+
+def _run_until(runtime: WorkerRuntime, job_id: str, ready: Callable[[], bool]) -> threading.Thread:
+    worker = threading.Thread(target=run_job, args=(runtime, job_id))
+    worker.start()
+    deadline = time.monotonic() + 20
+    while not ready():
+        assert time.monotonic() < deadline, "the job never got going"
+        time.sleep(0.01)
+    return worker
+
+
+def test_a_batch_job_that_gives_way_goes_back_to_its_queue_unseen(
+    integration_settings: Settings,
+) -> None:
+    sent: list[tuple[str, Tier, Priority]] = []
+    engine = ScriptedEngine(["never ", "seen"], delay_s=2.0)  # nothing before the halt
+    runtime = replace(
+        runtime_for(integration_settings, engine),
+        resend=lambda *message: sent.append(message),
+    )
+    with Client(integration_settings) as client:
+        handle = client.submit(REQUEST, priority="batch")
+        worker = _run_until(runtime, handle.job_id, lambda: bool(engine.seen))
+        assert runtime.running.yield_batch(keep=0) == [handle.job_id]
+        worker.join(timeout=10)
+        assert client.status(handle.job_id) is JobStatus.QUEUED
+        assert sent == [(handle.job_id, Tier.SMALL, Priority.BATCH)]
+        row = job_row(integration_settings.database_url, handle.job_id)
+        assert row.attempts == 0  # giving way spends no attempt
+        assert runtime.redis.llen(event_log_key(handle.job_id)) == 0  # nothing published
+        # Its next run starts afresh and gives the one answer.
+        run_job(runtime_for(integration_settings, ScriptedEngine(["all ", "done"])), handle.job_id)
+        assert handle.result(timeout=5).text == "all done"
+        events = list(client.events(handle.job_id, timeout=5))
+    assert not any(isinstance(event, AttemptEvent) for event in events)
+    assert job_row(integration_settings.database_url, handle.job_id).attempts == 1
+
+
+def test_a_job_that_gave_way_after_streaming_resumes_like_after_a_crash(
+    integration_settings: Settings,
+) -> None:
+    engine = ScriptedEngine([f"w{i} " for i in range(50)], delay_s=0.05)
+    runtime = replace(runtime_for(integration_settings, engine), resend=lambda *_: None)
+    with Client(integration_settings) as client:
+        handle = client.submit(REQUEST, priority="batch")
+        worker = _run_until(
+            runtime, handle.job_id, lambda: runtime.redis.llen(event_log_key(handle.job_id)) >= 2
+        )
+        runtime.running.yield_batch(keep=0)
+        worker.join(timeout=10)
+        assert client.status(handle.job_id) is JobStatus.QUEUED
+        assert job_row(integration_settings.database_url, handle.job_id).attempts == 1  # spent
+        run_job(runtime_for(integration_settings, ScriptedEngine(["end"])), handle.job_id)
+        text = handle.result(timeout=5).text
+        events = list(client.events(handle.job_id, timeout=5))
+    streamed = "".join(e.text for e in events if isinstance(e, TokenEvent))
+    assert text == streamed  # one coherent answer, no token twice
+    assert text.startswith("w0 w1 ") and text.endswith("end")
+    assert [e.attempt for e in events if isinstance(e, AttemptEvent)] == [2]

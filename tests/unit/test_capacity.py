@@ -126,3 +126,19 @@ def test_messages_celery_dropped_after_counting_free_their_slots() -> None:
     assert gate.running() == {INTER: 0, BATCH: 1}
     gate.finished("runs")
     assert gate.running() == {INTER: 0, BATCH: 0}
+
+
+def test_each_interactive_message_asks_batch_to_give_way() -> None:
+    calls: list[str] = []
+    gate = SlotGate(
+        Tier.SMALL,
+        SlotShares(4, 1, 1),
+        batch_waiting=lambda: False,
+        on_interactive=lambda: calls.append("give way"),
+    )
+    gate.received("b0", "llm.small.batch")
+    gate.received("m0", "llm.medium.interactive")  # another tier's: not ours
+    assert calls == []
+    gate.received("i0", "llm.small.interactive")
+    gate.received("i1", "llm.small.interactive")
+    assert calls == ["give way"] * 2
