@@ -4,8 +4,8 @@ The direct side is an engine in this process; the queued side is a worker proces
 reached through Redis with the Python client; both run the tier's engine settings and
 slots. Only one engine is up at a time (an idle vLLM engine's threads spin and would
 slow the other side on a small host), so the sides alternate in blocks, each starting
-its engine afresh. This process runs
-with the worker's GIL switch interval, so both sides hop threads alike.
+its engine afresh. This process runs with the worker's GIL switch interval, so both
+sides hop threads alike.
 """
 
 from __future__ import annotations

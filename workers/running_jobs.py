@@ -100,9 +100,10 @@ class RunningJobs:
                 if job.priority == Priority.BATCH.value and job.reason is None
             ]
         batch.sort(key=lambda entry: entry[0])
-        for _started, _job_id, job in batch[max(keep, 0) :]:
+        beyond = batch[max(keep, 0) :]
+        for _started, _job_id, job in beyond:
             job.halt(StopReason.YIELDED)
-        return [job_id for _started, job_id, _job in batch[max(keep, 0) :]]
+        return [job_id for _started, job_id, _job in beyond]
 
 
 class CancelListener(BackgroundLoop):

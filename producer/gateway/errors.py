@@ -47,10 +47,6 @@ def rate_limited(retry_after_s: int) -> HttpError:
     return HttpError(429, "rate_limit_error", "rate_limit_exceeded", retry_after_s)
 
 
-JOB_CANCELLED = HttpError(409, "invalid_request_error", "job_cancelled")
-JOB_EXPIRED = HttpError(504, "timeout", "job_expired")
-JOB_FAILED = HttpError(500, "server_error", "job_failed")
-
 # Most specific first: PromptTooLong is an InvalidRequest, for one.
 STATIC_MAPPING: list[tuple[type[LlmqError], HttpError]] = [
     (PromptTooLong, HttpError(413, "invalid_request_error", "context_length_exceeded")),
@@ -61,16 +57,11 @@ STATIC_MAPPING: list[tuple[type[LlmqError], HttpError]] = [
     (BrokerUnavailable, HttpError(503, "service_unavailable", "backend_unavailable", 5)),
     (DatabaseUnavailable, HttpError(503, "service_unavailable", "backend_unavailable", 5)),
     (JobTimeout, HttpError(504, "timeout", "job_timeout")),
-    (JobCancelled, JOB_CANCELLED),
-    (JobExpired, JOB_EXPIRED),
-    (JobFailed, JOB_FAILED),
+    # A cancelled or expired job is the caller's doing, not a server error.
+    (JobCancelled, HttpError(409, "invalid_request_error", "job_cancelled")),
+    (JobExpired, HttpError(504, "timeout", "job_expired")),
+    (JobFailed, HttpError(500, "server_error", "job_failed")),
 ]
-
-
-def http_error_for_ended(status: str) -> HttpError:
-    """The HTTP error for a job that ended without an answer (its final ``status``):
-    a cancelled or expired job is the caller's doing, not a server error."""
-    return {"cancelled": JOB_CANCELLED, "expired": JOB_EXPIRED}.get(status, JOB_FAILED)
 
 
 def http_error_for(exc: LlmqError) -> HttpError:

@@ -9,9 +9,9 @@ from typing import Any
 
 from producer.aio import AsyncJobHandle
 from producer.gateway import openai_models as oai
-from producer.gateway.errors import http_error_for, http_error_for_ended
+from producer.gateway.errors import http_error_for
 from producer.gateway.metrics import GatewayMetrics
-from schemas.errors import LlmqError
+from schemas.errors import LlmqError, job_ended
 from schemas.events import ErrorEvent, FinalEvent, TokenEvent
 
 
@@ -49,7 +49,7 @@ async def sse_events(
                     usage = oai.chunk(job_id=job_id, model=model, delta={}, usage=event.usage)
                     yield encode(event_id, usage)
             elif isinstance(event, ErrorEvent):
-                http = http_error_for_ended(event.status)
+                http = http_error_for(job_ended(job_id, event.message, event.status))
                 status = str(http.status)
                 error = oai.error_body(event.message, kind=http.kind, code=http.code)
                 yield encode(event_id, error)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pydantic
 import pytest
 
-from producer.gateway.errors import http_error_for, http_error_for_ended
+from producer.gateway.errors import http_error_for
 from schemas.errors import JobCancelled, JobExpired, JobFailed, job_ended
 from schemas.events import ErrorEvent, error_event, parse_event
 from schemas.jobs import JobStatus
@@ -53,5 +53,3 @@ def test_the_gateway_does_not_call_a_cancelled_or_expired_job_a_server_error() -
     assert (expired.status, expired.code) == (504, "job_expired")
     failed = http_error_for(job_ended("j", "device lost", "failed"))
     assert (failed.status, failed.kind) == (500, "server_error")
-    for status in ("cancelled", "expired", "failed"):
-        assert http_error_for_ended(status) == http_error_for(job_ended("j", "x", status))
