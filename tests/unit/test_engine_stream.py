@@ -50,10 +50,12 @@ def test_the_engine_schedules_by_the_tiers_policy() -> None:
     ("flags", "dtype"),
     [
         ("fpu sse avx2 avx512f amx_bf16 amx_tile amx_int8", "bfloat16"),
-        ("fpu sse avx2 avx512f avx512_bf16", "float32"),
+        ("fpu sse avx2 avx512f avx512_bf16", "bfloat16"),
+        ("fpu sse avx2 avx512f avx512_vnni", "float32"),
+        ("fpu sse avx2 fma", "float32"),
     ],
 )
-def test_a_cpu_engine_runs_bfloat16_only_where_amx_multiplies_it(
+def test_a_cpu_engine_runs_bfloat16_only_where_the_cpu_multiplies_it(
     tmp_path: Path, flags: str, dtype: str
 ) -> None:
     cpuinfo = tmp_path / "cpuinfo"
