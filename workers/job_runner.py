@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import redis
@@ -140,7 +141,8 @@ def _finish(
         completion_tokens=generation.completion_tokens,
         cached_prompt_tokens=generation.cached_prompt_tokens,
     )
-    recorded = with_db_retry(
+    recorded = _record(
+        runtime,
         lambda: finish_job(
             runtime.sessions,
             job_id,
@@ -279,7 +281,8 @@ def _fail(
     log.warning("job %s ended %s: %s", job_id, status, message)
     if runtime.metrics is not None:
         runtime.metrics.observe_failed(claimed.priority)
-    recorded = with_db_retry(
+    recorded = _record(
+        runtime,
         lambda: fail_job(runtime.sessions, job_id, message, attempt=claimed.attempt, status=status),
         what=f"record the end of job {job_id}",
     )
@@ -300,23 +303,52 @@ def _yielded(runtime: WorkerRuntime, claimed: ClaimedJob, *, published: bool) ->
     a queued row that has none.
     """
     job_id = claimed.id
-    requeued = with_db_retry(
+
+    def resend(requeued: bool) -> None:
+        if requeued:
+            _resend(runtime, claimed)
+
+    requeued = _record(
+        runtime,
         lambda: requeue_job(
             runtime.sessions, job_id, attempt=claimed.attempt, spend_attempt=published
         ),
         what=f"put job {job_id} back in its queue",
+        then=resend,
     )
     if requeued is False:
         _superseded(claimed)
+    elif requeued:
+        _resend(runtime, claimed)
+
+
+def _resend(runtime: WorkerRuntime, claimed: ClaimedJob) -> None:
+    """Send a requeued job's message again; if that fails, the reaper's sweep will."""
+    if runtime.resend is None:
         return
-    if requeued is None or runtime.resend is None:
-        return  # the reaper finds it
     try:
-        runtime.resend(job_id, runtime.tier, Priority(claimed.priority))
+        runtime.resend(claimed.id, runtime.tier, Priority(claimed.priority))
     except (redis.RedisError, KombuOperationalError) as exc:
-        log.warning("job %s gave way but could not be re-sent (%s); the reaper will", job_id, exc)
+        log.warning(
+            "job %s is queued but could not be re-sent (%s); the reaper will", claimed.id, exc
+        )
         return
-    log.info("batch job %s gave way to interactive work; back in its queue", job_id)
+    log.info("batch job %s gave way to interactive work; back in its queue", claimed.id)
+
+
+def _record(
+    runtime: WorkerRuntime,
+    write: Callable[[], bool],
+    *,
+    what: str,
+    then: Callable[[bool], None] | None = None,
+) -> bool | None:
+    """Write a job's end through a database blip; None if the database stayed down,
+    and then the write waits in ``runtime.deferred`` (``then`` runs once it lands)."""
+    recorded = with_db_retry(write, what=what)
+    if recorded is None:
+        runtime.deferred.add(what, write, then=then)
+    return recorded
 
 
 def _superseded(claimed: ClaimedJob) -> None:

@@ -184,7 +184,8 @@ def _sender(app: LlmqCelery) -> Callable[[str, Tier, Priority], None]:
 
 
 def _helpers(runtime: WorkerRuntime, app: LlmqCelery) -> list[BackgroundLoop]:
-    """The cancel listener and the reaper of dead workers' jobs (not yet started)."""
+    """The cancel listener, the reaper of dead workers' jobs and the retrier of job
+    writes a database outage held back (not yet started)."""
     send = _sender(app)
 
     def restore(worker_id: str) -> int:
@@ -201,7 +202,7 @@ def _helpers(runtime: WorkerRuntime, app: LlmqCelery) -> list[BackgroundLoop]:
         replay_ttl_s=runtime.settings.replay_ttl_s,
         variants=tuple(runtime.settings.variants),
     )
-    return [CancelListener(runtime.redis, runtime.running), ReaperThread(reaper)]
+    return [CancelListener(runtime.redis, runtime.running), ReaperThread(reaper), runtime.deferred]
 
 
 def _consume(

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from schemas.prompt_registry import PromptCatalog
 from schemas.queues import Priority, Tier
 from schemas.settings import Settings
+from workers.deferred_writes import DeferredWrites
 from workers.engine.base import Engine
 from workers.metrics import WorkerMetrics
 from workers.prefix import PrefixCacheStats
@@ -37,3 +38,5 @@ class WorkerRuntime:
     """Called once the engine is found dead; the worker stops so it can be restarted."""
     resend: Callable[[str, Tier, Priority], None] | None = None
     """Sends a job's message again (a batch job that gave way to interactive work)."""
+    deferred: DeferredWrites = field(default_factory=DeferredWrites)
+    """A job's end the database refused through every retry, until it takes it."""
