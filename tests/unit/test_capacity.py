@@ -51,6 +51,17 @@ def test_batch_holds_a_smaller_share_while_interactive_work_is_about() -> None:
     assert shares.paused(running(1, 5), batch_waiting=True, interactive_about=True) == set()
 
 
+def test_batch_can_pause_entirely_while_interactive_work_is_about() -> None:
+    config = TierConfig(batch_slots_under_interactive=0, batch_min_slots=0)
+    shares = slot_shares(config, 8)
+    assert shares.batch_cap(True) == 0
+    assert shares.batch_cap(False) == 6
+    assert shares.paused(running(0, 0), batch_waiting=True, interactive_about=True) == {BATCH}
+    assert shares.paused(running(0, 0), batch_waiting=True) == set()
+    # With the default minimum, a share of 0 still leaves batch one slot.
+    assert slot_shares(TierConfig(batch_slots_under_interactive=0), 8).batch_cap(True) == 1
+
+
 def test_the_smaller_share_lasts_the_hold_after_the_last_interactive_job() -> None:
     now = [100.0]
     shares = SlotShares(slots=8, reserved_interactive=2, batch_min=1, batch_under_interactive=2)
