@@ -304,22 +304,20 @@ def _yielded(runtime: WorkerRuntime, claimed: ClaimedJob, *, published: bool) ->
     """
     job_id = claimed.id
 
-    def resend(requeued: bool) -> None:
+    def after(requeued: bool) -> None:
         if requeued:
             _resend(runtime, claimed)
+        else:
+            _superseded(claimed)
 
-    requeued = _record(
+    _record(
         runtime,
         lambda: requeue_job(
             runtime.sessions, job_id, attempt=claimed.attempt, spend_attempt=published
         ),
         what=f"put job {job_id} back in its queue",
-        then=resend,
+        then=after,
     )
-    if requeued is False:
-        _superseded(claimed)
-    elif requeued:
-        _resend(runtime, claimed)
 
 
 def _resend(runtime: WorkerRuntime, claimed: ClaimedJob) -> None:
@@ -344,10 +342,13 @@ def _record(
     then: Callable[[bool], None] | None = None,
 ) -> bool | None:
     """Write a job's end through a database blip; None if the database stayed down,
-    and then the write waits in ``runtime.deferred`` (``then`` runs once it lands)."""
+    and then the write waits in ``runtime.deferred``. ``then`` is told the write's
+    result once it ran, now or after the outage."""
     recorded = with_db_retry(write, what=what)
     if recorded is None:
         runtime.deferred.add(what, write, then=then)
+    elif then is not None:
+        then(recorded)
     return recorded
 
 

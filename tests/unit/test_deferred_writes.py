@@ -98,6 +98,11 @@ def test_the_job_runner_keeps_nothing_when_the_write_lands(
 ) -> None:
     monkeypatch.setattr(jobs, "DB_RETRY_DELAYS_S", (0.0,))
     runtime: Any = SimpleNamespace(deferred=DeferredWrites())
+    told: list[bool] = []
     _calls, write = outage(refusals=1)
-    assert job_runner._record(runtime, write, what="record the result of job j5") is True
+    recorded = job_runner._record(
+        runtime, write, what="put job j5 back in its queue", then=told.append
+    )
+    assert recorded is True
     assert runtime.deferred.pending() == 0
+    assert told == [True]  # told at once, not after an outage
