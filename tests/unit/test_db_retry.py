@@ -9,14 +9,15 @@ from schemas.retry import retry_call
 from workers import jobs
 
 
-def flaky(failures: int) -> tuple[list[int], Callable[[], bool]]:
+def flaky(failures: int, result: bool = True) -> tuple[list[int], Callable[[], bool]]:
+    """A write the database refuses ``failures`` times, then answers ``result``."""
     calls: list[int] = []
 
     def write() -> bool:
         calls.append(1)
         if len(calls) <= failures:
             raise OperationalError("UPDATE jobs", {}, Exception("server closed the connection"))
-        return True
+        return result
 
     return calls, write
 

@@ -7,29 +7,16 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from sqlalchemy.exc import OperationalError
 
+from tests.unit.test_db_retry import flaky
 from workers import job_runner, jobs
 from workers.deferred_writes import DeferredWrites
-
-
-def outage(refusals: int, result: bool = True) -> tuple[list[int], Callable[[], bool]]:
-    """A write the database refuses ``refusals`` times, then answers ``result``."""
-    calls: list[int] = []
-
-    def write() -> bool:
-        calls.append(1)
-        if len(calls) <= refusals:
-            raise OperationalError("UPDATE jobs", {}, Exception("connection refused"))
-        return result
-
-    return calls, write
 
 
 def test_a_refused_write_waits_and_lands_once_the_database_is_back() -> None:
     deferred = DeferredWrites()
     told: list[bool] = []
-    calls, write = outage(refusals=2)
+    calls, write = flaky(failures=2)
     deferred.add("record the result of job j1", write, then=told.append)
     assert deferred.flush() == 1
     assert deferred.flush() == 1
@@ -43,7 +30,7 @@ def test_a_refused_write_waits_and_lands_once_the_database_is_back() -> None:
 def test_a_row_that_moved_on_ends_the_write_and_says_so() -> None:
     deferred = DeferredWrites()
     told: list[bool] = []
-    _calls, write = outage(refusals=0, result=False)
+    _calls, write = flaky(failures=0, result=False)
     deferred.add("put job j2 back in its queue", write, then=told.append)
     assert deferred.flush() == 0
     assert told == [False]
@@ -60,7 +47,7 @@ def test_writes_still_refused_stay_in_their_order() -> None:
 
         return write
 
-    _calls, refused = outage(refusals=10)
+    _calls, refused = flaky(failures=10)
     deferred.add("a", refused)
     deferred.add("b", landing("b"))
     assert deferred.flush() == 1
@@ -76,7 +63,7 @@ def test_an_error_after_the_write_does_not_keep_it() -> None:
     def broken_then(_result: bool) -> None:
         raise RuntimeError("resend failed")
 
-    _calls, write = outage(refusals=0)
+    _calls, write = flaky(failures=0)
     deferred.add("put job j3 back in its queue", write, then=broken_then)
     assert deferred.flush() == 0
 
@@ -86,7 +73,7 @@ def test_the_job_runner_hands_a_write_over_when_the_database_stays_down(
 ) -> None:
     monkeypatch.setattr(jobs, "DB_RETRY_DELAYS_S", (0.0, 0.0))
     runtime: Any = SimpleNamespace(deferred=DeferredWrites())
-    calls, write = outage(refusals=3)
+    calls, write = flaky(failures=3)
     assert job_runner._record(runtime, write, what="record the end of job j4") is None
     assert len(calls) == 3  # the quick retries
     assert runtime.deferred.flush() == 0
@@ -99,7 +86,7 @@ def test_the_job_runner_keeps_nothing_when_the_write_lands(
     monkeypatch.setattr(jobs, "DB_RETRY_DELAYS_S", (0.0,))
     runtime: Any = SimpleNamespace(deferred=DeferredWrites())
     told: list[bool] = []
-    _calls, write = outage(refusals=1)
+    _calls, write = flaky(failures=1)
     recorded = job_runner._record(
         runtime, write, what="put job j5 back in its queue", then=told.append
     )
