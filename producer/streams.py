@@ -43,7 +43,7 @@ def read_events(
     log_key = event_log_key(job_id)
     while not reader.finished:
         try:
-            with client.pubsub() as pubsub:  # type: ignore[no-untyped-call]
+            with client.pubsub() as pubsub:  # type: ignore[no-untyped-call, unused-ignore]
                 pubsub.subscribe(event_channel(job_id))
                 while (action := reader.next_action()) is not None:
                     match action:
@@ -85,7 +85,7 @@ async def aread_events(
                     for event in events:
                         yield event
             finally:
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
+                await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
         except redis.RedisError as exc:
             await asyncio.sleep(reader.connection_lost(exc))
 

@@ -113,8 +113,8 @@ class FollowingConnection(redis.sentinel.SentinelManagedConnection):
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         if not self._sock:
-            self.connect()  # type: ignore[no-untyped-call]
-        super().send_packed_command(command, check_health)  # type: ignore[no-untyped-call]
+            self.connect()  # type: ignore[no-untyped-call, unused-ignore]
+        super().send_packed_command(command, check_health)  # type: ignore[no-untyped-call, unused-ignore]
 
 
 class AsyncFollowingConnection(aiosentinel.SentinelManagedConnection):
@@ -122,7 +122,7 @@ class AsyncFollowingConnection(aiosentinel.SentinelManagedConnection):
 
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         if not self.is_connected:
-            await self.connect()  # type: ignore[no-untyped-call]
+            await self.connect()  # type: ignore[no-untyped-call, unused-ignore]
         await super().send_packed_command(command, check_health)
 
 
@@ -211,11 +211,11 @@ def redis_client(url: str, **kwargs: Any) -> redis.Redis:
     if not is_sentinel_url(url):
         return redis.Redis.from_url(url, **kwargs)
     broker = parse_sentinel_url(url)
-    sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+    sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
         list(broker.sentinels), sentinel_kwargs=broker.sentinel_kwargs(kwargs)
     )
     retry = redis.retry.Retry(ExponentialWithJitterBackoff(RETRY_BASE_S, RETRY_CAP_S), RETRIES)
-    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call, unused-ignore]
         broker.master_name,
         **broker.connection_kwargs(
             {"retry": retry, "connection_class": FollowingConnection, **kwargs}
@@ -229,7 +229,7 @@ def async_redis_client(url: str, **kwargs: Any) -> aioredis.Redis:
     if not is_sentinel_url(url):
         return aioredis.Redis.from_url(url, **kwargs)
     broker = parse_sentinel_url(url)
-    sentinel = aiosentinel.Sentinel(  # type: ignore[no-untyped-call]
+    sentinel = aiosentinel.Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
         list(broker.sentinels), sentinel_kwargs=broker.sentinel_kwargs(kwargs)
     )
     retry = redis.asyncio.retry.Retry(

@@ -130,7 +130,7 @@ class CancelListener(BackgroundLoop):
                 time.sleep(1.0)
 
     def _follow(self) -> None:
-        with self._redis.pubsub(ignore_subscribe_messages=True) as pubsub:  # type: ignore[no-untyped-call]
+        with self._redis.pubsub(ignore_subscribe_messages=True) as pubsub:  # type: ignore[no-untyped-call, unused-ignore]
             pubsub.subscribe(CANCEL_CHANNEL)
             next_look = time.monotonic()
             while not self._stopping.is_set():
