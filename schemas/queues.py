@@ -279,6 +279,8 @@ def open_streams_key(key_id: str) -> str:
 # slots empty: at kombu's default of 1 s, a 16-slot worker running a batch of short
 # jobs sat idle for 0.5 s on average each time its batch slots emptied together (a
 # fifth of the run). Ten empty polls a second per idle worker cost Redis nothing.
+# While one of its queues is paused a worker polls faster still
+# (``workers.capacity.PAUSED_POLL_S``).
 BRPOP_TIMEOUT_S = 0.1
 
 

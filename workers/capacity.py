@@ -20,7 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from schemas.queues import Priority, Tier, parse_queue_name, queue_name, tier_queues
+from schemas.queues import (
+    BRPOP_TIMEOUT_S,
+    Priority,
+    Tier,
+    parse_queue_name,
+    queue_name,
+    tier_queues,
+)
 from schemas.settings import TierConfig
 
 log = logging.getLogger(__name__)
@@ -128,17 +135,30 @@ class Switch(Protocol):
     def soon(self, callback: Callable[[], None]) -> None: ...
 
 
+# A resumed queue joins only the worker's *next* BRPOP: one already waiting on the
+# other queues runs out its timeout first. While a queue is paused the worker polls
+# with this short timeout, so a freed slot is filled within it. Measured on a 16-slot
+# CPU worker running 200 eight-token batch jobs: at the usual 0.1 s the batch slots
+# held 9.9 jobs of 12 on average, at 0.01 s 11.1 (21.5 -> 23.9 jobs/s).
+PAUSED_POLL_S = 0.01
+
+
 class QueueSwitch:
     """The Celery consumer's :class:`Switch`; called on the consumer's own thread."""
 
     def __init__(self, consumer: Any, order: list[str]) -> None:
         self._consumer = consumer
         self._order = order
+        self._paused: set[str] = set()
 
     def pause(self, queue: str) -> None:
         self._consumer.task_consumer.cancel_by_queue(queue)
+        self._paused.add(queue)
+        self._poll_quickly(True)
 
     def resume(self, queue: str) -> None:
+        self._paused.discard(queue)
+        self._poll_quickly(bool(self._paused))
         task_consumer = self._consumer.task_consumer
         if task_consumer.consuming_from(queue):
             return
@@ -155,6 +175,11 @@ class QueueSwitch:
     def soon(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` on the consumer's thread (kombu channels are not thread-safe)."""
         self._consumer.call_soon(callback)
+
+    def _poll_quickly(self, quickly: bool) -> None:
+        # kombu's Redis channel reads brpop_timeout each time it sends a BRPOP.
+        channel = self._consumer.task_consumer.channel
+        channel.brpop_timeout = PAUSED_POLL_S if quickly else BRPOP_TIMEOUT_S
 
 
 class SlotGate:

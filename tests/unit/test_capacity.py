@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import pytest
 
-from schemas.queues import Priority, Tier
+from schemas.queues import BRPOP_TIMEOUT_S, Priority, Tier
 from schemas.settings import TierConfig
-from workers.capacity import STALE_AFTER_S, SlotGate, SlotShares, slot_shares
+from workers.capacity import (
+    PAUSED_POLL_S,
+    STALE_AFTER_S,
+    QueueSwitch,
+    SlotGate,
+    SlotShares,
+    slot_shares,
+)
 
 INTER, BATCH = Priority.INTERACTIVE, Priority.BATCH
 
@@ -153,3 +161,44 @@ def test_each_interactive_message_asks_batch_to_give_way() -> None:
     gate.received("i0", "llm.small.interactive")
     gate.received("i1", "llm.small.interactive")
     assert calls == ["give way"] * 2
+
+
+class FakeTaskConsumer:
+    """The slice of kombu's Consumer that QueueSwitch drives."""
+
+    def __init__(self, queues: list[str]) -> None:
+        self.channel = SimpleNamespace(brpop_timeout=BRPOP_TIMEOUT_S)
+        self.queues = list(queues)
+
+    def cancel_by_queue(self, queue: str) -> None:
+        self.queues.remove(queue)
+
+    def consuming_from(self, queue: str) -> bool:
+        return queue in self.queues
+
+    def add_queue(self, queue: SimpleNamespace) -> None:
+        self.queues.append(queue.name)
+
+    def consume(self) -> None:
+        pass
+
+
+def test_the_worker_polls_quickly_while_a_queue_is_paused() -> None:
+    order = ["llm.small.interactive", "llm.small.batch"]
+    task_consumer = FakeTaskConsumer(order)
+    consumer = SimpleNamespace(
+        task_consumer=task_consumer,
+        app=SimpleNamespace(
+            amqp=SimpleNamespace(queues={name: SimpleNamespace(name=name) for name in order})
+        ),
+    )
+    switch = QueueSwitch(consumer, order)
+    switch.pause("llm.small.batch")
+    assert task_consumer.channel.brpop_timeout == PAUSED_POLL_S
+    switch.pause("llm.small.interactive")
+    switch.resume("llm.small.interactive")
+    # Batch is still paused: its resume must still be picked up quickly.
+    assert task_consumer.channel.brpop_timeout == PAUSED_POLL_S
+    switch.resume("llm.small.batch")
+    assert task_consumer.channel.brpop_timeout == BRPOP_TIMEOUT_S
+    assert task_consumer.queues == order
