@@ -129,6 +129,11 @@ class Settings(BaseSettings):
         "work is queued for it rather than refused",
     )
     prefill_interval_s: float = Field(default=300.0, gt=0)
+    pin_worker_cpus: bool = Field(
+        default=True,
+        description="on a CPU engine, workers keep their own threads and vLLM's engine "
+        "core off the cores vLLM computes on (workers.cpu_pinning)",
+    )
     prefill_prompts: bool = Field(
         default=True,
         description="workers put their tier's system prompts in the prefix cache before "

@@ -23,6 +23,7 @@ from schemas.settings import Settings
 from workers.app import LlmqCelery, make_app
 from workers.background import BackgroundLoop
 from workers.capacity import SlotGate, SlotShares, install_gate, slot_shares
+from workers.cpu_pinning import pin_off_compute_cores
 from workers.engine.vllm import VllmEngine
 from workers.engine_watch import EngineWatch
 from workers.metrics import WorkerMetrics
@@ -106,6 +107,9 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
         model_path = resolve_model(tier_config.model, settings.bundled_model_dir)
         engine = VllmEngine.start(model_path=model_path, config=tier_config)
         resources.callback(engine.shutdown)
+        if settings.pin_worker_cpus:
+            # Before the job threads start: they inherit the main thread's cores.
+            pin_off_compute_cores()
         # Leave the registry before the engine goes (withdraw is idempotent).
         resources.callback(registration.withdraw)
         app = make_app(settings, worker_id=worker_id)

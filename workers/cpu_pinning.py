@@ -1,0 +1,82 @@
+"""Keeping the worker's own threads off the cores vLLM computes on (CPU engines).
+
+vLLM's CPU backend binds its model runner's OpenMP threads to some cores and leaves
+the rest (at least one) for everything else. The worker process (Celery's consumer
+and job threads, the engine's output loop) and vLLM's engine-core process start on
+every core, so the scheduler may put one of them on a compute core in the middle of a
+model step, and that step (every sequence's next token) waits. Once the engine is up,
+the worker moves itself and those processes to the cores left free. On a GPU, or
+where vLLM bound nothing, nothing changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import psutil
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Pinning:
+    """Which cores the engine computes on, and which are left for the rest."""
+
+    compute: frozenset[int]
+    free: frozenset[int]
+
+
+def plan_pinning(
+    allowed: Iterable[int], child_affinities: Iterable[Iterable[int]]
+) -> Pinning | None:
+    """The split of ``allowed`` (this process's cores) given its children's cores.
+
+    A child bound to fewer cores than ``allowed`` is one of vLLM's compute workers;
+    the others may go anywhere. None when nothing is bound or nothing would be left.
+    """
+    cores = frozenset(allowed)
+    compute = frozenset(
+        core
+        for affinity in map(frozenset, child_affinities)
+        if affinity < cores
+        for core in affinity
+    )
+    free = cores - compute
+    if not compute or not free:
+        return None
+    return Pinning(compute=compute, free=free)
+
+
+def pin_off_compute_cores() -> Pinning | None:
+    """Move this process's threads and its unbound child processes off the engine's
+    compute cores; threads started later inherit the mask. Returns the split applied,
+    or None when there is nothing to do (or the OS refused)."""
+    me = psutil.Process()
+    try:
+        children = me.children(recursive=True)
+        plan = plan_pinning(me.cpu_affinity(), [child.cpu_affinity() for child in children])
+        if plan is None:
+            return None
+        free = sorted(plan.free)
+        for thread_id in _thread_ids():
+            os.sched_setaffinity(thread_id, free)
+        for child in children:
+            if not frozenset(child.cpu_affinity()) <= plan.compute:
+                child.cpu_affinity(free)
+    except (psutil.Error, OSError) as exc:
+        log.warning("could not keep the worker off the engine's cores (%s)", exc)
+        return None
+    log.info(
+        "engine computes on cores %s; the worker and engine core run on %s",
+        sorted(plan.compute),
+        free,
+    )
+    return plan
+
+
+def _thread_ids() -> list[int]:
+    # sched_setaffinity on a pid moves one thread: every existing thread is moved.
+    return [int(name) for name in os.listdir("/proc/self/task")]
