@@ -11,6 +11,7 @@ where vLLM bound nothing, nothing changes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Iterable
@@ -61,11 +62,14 @@ def pin_off_compute_cores() -> Pinning | None:
         if plan is None:
             return None
         free = sorted(plan.free)
-        for thread_id in _thread_ids():
-            os.sched_setaffinity(thread_id, free)
-        for child in children:
-            if not frozenset(child.cpu_affinity()) <= plan.compute:
-                child.cpu_affinity(free)
+        movable = [
+            child.pid for child in children if not frozenset(child.cpu_affinity()) <= plan.compute
+        ]
+        for pid in [me.pid, *movable]:
+            for thread_id in _thread_ids(pid):
+                # A thread that ended meanwhile needs no moving.
+                with contextlib.suppress(ProcessLookupError):
+                    os.sched_setaffinity(thread_id, free)
     except (psutil.Error, OSError) as exc:
         log.warning("could not keep the worker off the engine's cores (%s)", exc)
         return None
@@ -77,6 +81,6 @@ def pin_off_compute_cores() -> Pinning | None:
     return plan
 
 
-def _thread_ids() -> list[int]:
+def _thread_ids(pid: int) -> list[int]:
     # sched_setaffinity on a pid moves one thread: every existing thread is moved.
-    return [int(name) for name in os.listdir("/proc/self/task")]
+    return [int(name) for name in os.listdir(f"/proc/{pid}/task")]

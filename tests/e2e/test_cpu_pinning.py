@@ -11,9 +11,7 @@ from workers.worker import worker_pid
 
 def test_the_worker_and_engine_core_run_off_the_engines_compute_cores(worker: str) -> None:
     process = psutil.Process(worker_pid(worker))
-    threads_cores = {
-        frozenset(os.sched_getaffinity(int(tid))) for tid in os.listdir(f"/proc/{process.pid}/task")
-    }
+    threads_cores = _threads_cores(process.pid)
     # Every thread of the worker, those started after the engine too, has one mask.
     assert len(threads_cores) == 1
     worker_cores = next(iter(threads_cores))
@@ -21,3 +19,11 @@ def test_the_worker_and_engine_core_run_off_the_engines_compute_cores(worker: st
     compute = [cores for cores in children.values() if not cores <= worker_cores]
     assert compute, f"vLLM bound no compute worker to cores of its own: {children}"
     assert all(cores.isdisjoint(worker_cores) for cores in compute)
+    # The engine core's threads moved with it, not only its main thread.
+    for pid, cores in children.items():
+        if cores <= worker_cores:
+            assert _threads_cores(pid) == {cores}
+
+
+def _threads_cores(pid: int) -> set[frozenset[int]]:
+    return {frozenset(os.sched_getaffinity(int(tid))) for tid in os.listdir(f"/proc/{pid}/task")}
