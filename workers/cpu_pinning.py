@@ -57,14 +57,15 @@ def pin_off_compute_cores() -> Pinning | None:
     or None when there is nothing to do (or the OS refused)."""
     me = psutil.Process()
     try:
-        children = me.children(recursive=True)
-        plan = plan_pinning(me.cpu_affinity(), [child.cpu_affinity() for child in children])
+        # Read once: the plan and the move must agree on which child is bound where.
+        affinities = {
+            child.pid: frozenset(child.cpu_affinity()) for child in me.children(recursive=True)
+        }
+        plan = plan_pinning(me.cpu_affinity(), affinities.values())
         if plan is None:
             return None
         free = sorted(plan.free)
-        movable = [
-            child.pid for child in children if not frozenset(child.cpu_affinity()) <= plan.compute
-        ]
+        movable = [pid for pid, cores in affinities.items() if not cores <= plan.compute]
         for pid in [me.pid, *movable]:
             for thread_id in _thread_ids(pid):
                 # A thread that ended meanwhile needs no moving.
