@@ -255,18 +255,24 @@ def engine_ttft_ms(
 
 @dataclass(frozen=True)
 class StreamTiming:
-    """One streamed answer as its reader saw it: first text, last text, pieces of text."""
+    """One streamed answer as its reader saw it: first text, last text, pieces of text,
+    and the tokens they held (as the server counted them)."""
 
     ttft_ms: float
     total_ms: float
     chunks: int
+    tokens: int
 
     @property
     def itl_ms(self) -> float | None:
-        """Mean time between pieces of text after the first (inter-token latency)."""
-        if self.chunks < 2:
+        """Mean time per token after the first (inter-token latency).
+
+        Per token, not per piece: a server that sends two tokens in one piece when its
+        reader falls behind has not made the second token any slower.
+        """
+        if self.tokens < 2:
             return None
-        return (self.total_ms - self.ttft_ms) / (self.chunks - 1)
+        return (self.total_ms - self.ttft_ms) / (self.tokens - 1)
 
 
 class StreamClock:
@@ -283,12 +289,17 @@ class StreamClock:
         self.first = self.first or self.last
         self.chunks += 1
 
-    def timing(self) -> StreamTiming:
+    def timing(self, tokens: int | None = None) -> StreamTiming:
+        """The stream's timing; ``tokens``: completion tokens as the server counted
+        them (None: one per piece, for a server that does not say)."""
         if self.first is None:
             raise RuntimeError("no text was streamed")
         to_ms = 1000.0
         return StreamTiming(
-            (self.first - self.started) * to_ms, (self.last - self.started) * to_ms, self.chunks
+            (self.first - self.started) * to_ms,
+            (self.last - self.started) * to_ms,
+            self.chunks,
+            self.chunks if tokens is None else tokens,
         )
 
 
@@ -296,10 +307,12 @@ def direct_timing(engine: VllmEngine, request_id: str, max_tokens: int) -> Strea
     """A request straight into an engine in this process (prompt rendering included)."""
     clock = StreamClock()
     prompt = engine.render_chat([{"role": "user", "content": BENCH_PROMPT}])
+    tokens = 0
     for delta in engine.stream(prompt, direct_options(max_tokens), request_id):
         if delta.text:
             clock.text()
-    return clock.timing()
+        tokens = delta.completion_tokens
+    return clock.timing(tokens)
 
 
 def queued_timing(rig: Rig, max_tokens: int) -> StreamTiming:
@@ -308,7 +321,7 @@ def queued_timing(rig: Rig, max_tokens: int) -> StreamTiming:
     handle = rig.client.submit(request_fields(max_tokens), tier=rig.tier)
     for _chunk in handle.stream(timeout=300):
         clock.text()
-    return clock.timing()
+    return clock.timing(handle.result(timeout=300).usage.completion_tokens)
 
 
 def queued_ttft_ms(rig: Rig, max_tokens: int, request: dict[str, object] | None = None) -> float:

@@ -67,6 +67,7 @@ class SideSamples:
     total_ms: list[float] = field(default_factory=list)
     itl_ms: list[float] = field(default_factory=list)
     tok_s: list[float] = field(default_factory=list)
+    chunk_s: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,11 @@ def _stop_group(process: subprocess.Popen[bytes]) -> None:
 
 
 def stream_once(sdk: Any, model: str, max_tokens: int) -> StreamTiming:
-    """One streamed chat completion, greedy, timed from the call to the last chunk."""
+    """One streamed chat completion, greedy, timed from the call to the last chunk.
+
+    Tokens are the server's own count (the usage chunk both servers send on request):
+    under load a server may send several tokens in one chunk, so chunks undercount.
+    """
     clock = StreamClock()
     stream = sdk.chat.completions.create(
         model=model,
@@ -210,11 +215,17 @@ def stream_once(sdk: Any, model: str, max_tokens: int) -> StreamTiming:
         max_tokens=max_tokens,
         temperature=0.0,
         stream=True,
+        stream_options={"include_usage": True},
     )
+    tokens = None
     for chunk in stream:
         if chunk.choices and chunk.choices[0].delta.content:
             clock.text()
-    return clock.timing()
+        if chunk.usage is not None:
+            tokens = chunk.usage.completion_tokens
+    if tokens is None:
+        raise RuntimeError("the server sent no usage chunk")
+    return clock.timing(tokens)
 
 
 def _measure(sdk: Any, model: str, plan: PeerPlan, samples: SideSamples, *, label: str) -> None:
@@ -228,13 +239,13 @@ def _measure(sdk: Any, model: str, plan: PeerPlan, samples: SideSamples, *, labe
             samples.itl_ms.append(timing.itl_ms)
     what = f"{label}: {plan.concurrency} at once"
     for _ in counted(what, plan.rounds, unit="rounds").track(range(plan.rounds)):
-        samples.tok_s.append(
-            concurrent_tok_s(lambda: stream_once(sdk, model, plan.max_tokens), plan)
-        )
+        tok_s, chunk_s = concurrent_rates(lambda: stream_once(sdk, model, plan.max_tokens), plan)
+        samples.tok_s.append(tok_s)
+        samples.chunk_s.append(chunk_s)
 
 
-def concurrent_tok_s(one: Callable[[], StreamTiming], plan: PeerPlan) -> float:
-    """Streamed chunks per second with ``plan.concurrency`` requests at once."""
+def concurrent_rates(one: Callable[[], StreamTiming], plan: PeerPlan) -> tuple[float, float]:
+    """Streamed tokens and chunks per second with ``plan.concurrency`` requests at once."""
     results: list[StreamTiming] = []
     lock = threading.Lock()
 
@@ -250,7 +261,8 @@ def concurrent_tok_s(one: Callable[[], StreamTiming], plan: PeerPlan) -> float:
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - started
-    return sum(timing.chunks for timing in results) / elapsed
+    tokens = sum(timing.tokens for timing in results)
+    return tokens / elapsed, sum(timing.chunks for timing in results) / elapsed
 
 
 def _report(samples: dict[str, SideSamples], tier: Tier, plan: PeerPlan) -> dict[str, Any]:
@@ -269,6 +281,7 @@ def _report(samples: dict[str, SideSamples], tier: Tier, plan: PeerPlan) -> dict
         figures[f"{name}_total_ms_p50"] = rounded(median(side.total_ms))
         figures[f"{name}_itl_ms_p50"] = rounded(median(side.itl_ms))
         figures[f"{name}_tok_s_{plan.concurrency}"] = rounded(median(side.tok_s))
+        figures[f"{name}_chunk_s_{plan.concurrency}"] = rounded(median(side.chunk_s))
         figures[f"{name}_ttft_samples_ms"] = [rounded(x) for x in side.ttft_ms]
     figures["ttft_ratio"] = _ratio(llmq.ttft_ms, vllm.ttft_ms)
     figures["ttft_added_ms"] = rounded(median(llmq.ttft_ms) - median(vllm.ttft_ms))

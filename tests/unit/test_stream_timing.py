@@ -1,0 +1,38 @@
+"""How the benches time a stream: per token, whatever the server packs in one chunk."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.harness import StreamClock, StreamTiming
+
+
+def test_inter_token_latency_is_per_token_not_per_chunk() -> None:
+    # 9 tokens after the first, in 4 chunks: a server that merged tokens is not slower.
+    timing = StreamTiming(ttft_ms=40.0, total_ms=130.0, chunks=5, tokens=10)
+    assert timing.itl_ms == pytest.approx(10.0)
+
+
+def test_one_token_has_no_inter_token_latency() -> None:
+    assert StreamTiming(ttft_ms=40.0, total_ms=40.0, chunks=1, tokens=1).itl_ms is None
+
+
+def test_clock_counts_chunks_and_takes_the_servers_token_count() -> None:
+    clock = StreamClock()
+    clock.text()
+    clock.text()
+    timing = clock.timing(7)
+    assert (timing.chunks, timing.tokens) == (2, 7)
+    assert 0.0 <= timing.ttft_ms <= timing.total_ms
+
+
+def test_clock_without_a_token_count_takes_one_per_chunk() -> None:
+    clock = StreamClock()
+    for _ in range(3):
+        clock.text()
+    assert clock.timing().tokens == 3
+
+
+def test_clock_refuses_a_stream_without_text() -> None:
+    with pytest.raises(RuntimeError, match="no text"):
+        StreamClock().timing(0)
