@@ -12,15 +12,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from schemas.boundary import broker_boundary
-from schemas.queues import (
-    WORKER_KEY_PREFIX,
-    Priority,
-    Tier,
-    parse_queue_name,
-    queue_name,
-    worker_id_of,
-)
-from schemas.registry import WorkerEntry
+from schemas.queues import Priority, Tier, parse_queue_name, queue_name
+from schemas.registry import WorkerEntry, read_entries
 from schemas.tables import Job, as_utc
 
 
@@ -67,12 +60,7 @@ def oldest_waiting_age(client: redis.Redis, sessions: sessionmaker[Session], que
 
 def live_workers(client: redis.Redis) -> list[WorkerEntry]:
     """Every worker that sent a heartbeat recently, sorted by tier and id."""
-    workers = []
-    for key in client.scan_iter(match=f"{WORKER_KEY_PREFIX}*"):
-        entry = WorkerEntry.decode(client.hgetall(key), worker_id=worker_id_of(key))
-        if entry is not None:
-            workers.append(entry)
-    return sorted(workers, key=lambda w: (w.tier.value, w.worker_id))
+    return sorted(read_entries(client), key=lambda w: (w.tier.value, w.worker_id))
 
 
 def render_status(client: redis.Redis) -> str:

@@ -4,6 +4,10 @@ Workers write an entry every heartbeat (``workers.registry``); the producer's st
 admission and load-aware routing read it. Each field is stored JSON-encoded under its
 own name in the hash at :func:`schemas.queues.worker_key`, so a single field can be
 read with ``HGET`` and an entry written by an older worker still decodes.
+
+Readers find the entries through the set of known workers, not by scanning key names:
+a scan walks every key in Redis (each job's replay log among them), ten per round trip,
+and admission reads the registry on a request's first-token path.
 """
 
 from __future__ import annotations
@@ -13,10 +17,11 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import redis
 from pydantic import BaseModel, ConfigDict, ValidationError, field_serializer
 from redis.typing import EncodableT, FieldT
 
-from schemas.queues import Tier
+from schemas.queues import KNOWN_WORKERS_KEY, Tier, worker_key
 
 log = logging.getLogger(__name__)
 
@@ -85,3 +90,36 @@ class WorkerEntry(BaseModel):
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def write_entry(pipe: redis.client.Pipeline, entry: WorkerEntry, *, expiry_s: int) -> None:
+    """Add the commands that publish ``entry`` to ``pipe``: its hash, which expires
+    unless written again within ``expiry_s``, and its id among the known workers.
+
+    The id is added at every write, not only the first: a reaper that took this worker
+    for dead (its hash lapsed during a Redis restart) removed it.
+    """
+    key = worker_key(entry.worker_id)
+    pipe.hset(key, mapping=entry.encode())
+    pipe.expire(key, expiry_s)
+    pipe.sadd(KNOWN_WORKERS_KEY, entry.worker_id)
+
+
+def read_entries(client: redis.Redis) -> list[WorkerEntry]:
+    """Every worker with a live entry, in two round trips whatever else Redis holds.
+
+    A known worker whose hash expired (it died, and no reaper has cleared it yet) is
+    left out. Raises ``redis.RedisError``.
+    """
+    worker_ids = sorted(_text(member) for member in client.smembers(KNOWN_WORKERS_KEY))
+    if not worker_ids:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for worker_id in worker_ids:
+        pipe.hgetall(worker_key(worker_id))
+    hashes = pipe.execute()
+    entries = [
+        WorkerEntry.decode(raw, worker_id=worker_id)
+        for worker_id, raw in zip(worker_ids, hashes, strict=True)
+    ]
+    return [entry for entry in entries if entry is not None]

@@ -9,8 +9,8 @@ from typing import Any
 
 import redis
 
-from schemas.queues import KNOWN_WORKERS_KEY, Tier, worker_key
-from schemas.registry import WorkerEntry
+from schemas.queues import Tier, worker_key
+from schemas.registry import WorkerEntry, write_entry
 from workers.background import BackgroundLoop
 
 log = logging.getLogger(__name__)
@@ -53,11 +53,11 @@ class WorkerRegistration(BackgroundLoop):
     def announce(self) -> None:
         """Publish the entry (cold) and start the heartbeat.
 
-        The id also joins the known workers, so that if this worker dies, a reaper
-        notices and recovers even a message it popped but never recorded.
+        The id joins the known workers with every write, so that readers find the
+        entry and, if this worker dies, a reaper notices and recovers even a message it
+        popped but never recorded.
         """
         self._write()
-        self._redis.sadd(KNOWN_WORKERS_KEY, self._entry.worker_id)
         self.start()
 
     def set_phase(self, phase: str) -> None:
@@ -101,6 +101,5 @@ class WorkerRegistration(BackgroundLoop):
             }
         )
         pipe = self._redis.pipeline(transaction=False)
-        pipe.hset(self._key, mapping=entry.encode())
-        pipe.expire(self._key, EXPIRY_S)
+        write_entry(pipe, entry, expiry_s=EXPIRY_S)
         pipe.execute()

@@ -17,9 +17,8 @@ from schemas.queues import (
     Priority,
     Tier,
     queue_name,
-    worker_key,
 )
-from schemas.registry import WorkerEntry
+from schemas.registry import WorkerEntry, write_entry
 from schemas.requests import GenerationRequest
 from schemas.settings import Settings, TierConfig
 from tests.integration.test_submit import job_rows
@@ -80,7 +79,9 @@ def test_gibberish_and_other_languages_are_escalated(settings: Settings, text: s
 
 def pretend_worker(client: redis.Redis, tier: Tier, slots: int) -> None:
     entry = WorkerEntry(worker_id=f"{tier.value}-1@test", tier=tier, warm=True, concurrency=slots)
-    client.hset(worker_key(entry.worker_id), mapping=entry.encode())
+    pipe = client.pipeline()
+    write_entry(pipe, entry, expiry_s=60)
+    pipe.execute()
 
 
 def test_an_overloaded_tier_steps_up_to_a_neighbour_with_headroom(settings: Settings) -> None:

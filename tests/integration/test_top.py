@@ -14,8 +14,8 @@ from producer.top import read_snapshot, run_top
 from schemas.db import make_engine, make_sessions
 from schemas.db_clock import db_now
 from schemas.jobs import JobStatus
-from schemas.queues import ROUTING_COUNTS_KEY, Priority, Tier, worker_key
-from schemas.registry import WorkerEntry
+from schemas.queues import ROUTING_COUNTS_KEY, Priority, Tier
+from schemas.registry import WorkerEntry, write_entry
 from schemas.settings import Settings
 from schemas.tables import Job
 
@@ -59,7 +59,9 @@ def test_one_frame_shows_queues_workers_latency_routing_and_errors(
             system_prompt_requests=10,
             system_prompt_hits=9,
         )
-        r.hset(worker_key(entry.worker_id), mapping=entry.encode())
+        pipe = r.pipeline()
+        write_entry(pipe, entry, expiry_s=60)
+        pipe.execute()
         r.hincrby(ROUTING_COUNTS_KEY, "small:classified", 3)
         r.hincrby(ROUTING_COUNTS_KEY, "large:escalated", 1)
 

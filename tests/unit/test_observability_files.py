@@ -6,7 +6,6 @@ import json
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +44,11 @@ class _FakeRedis:
         entry = WorkerEntry(worker_id="small-1-a@h", tier=Tier.SMALL, warm=True)
         self._hashes: dict[str, Any] = {"llmq:worker:small-1-a@h": entry.encode()}
 
-    def scan_iter(self, match: str) -> Iterator[bytes]:
-        yield from (k.encode() for k in self._hashes if k.startswith(match.rstrip("*")))
+    def smembers(self, _key: str) -> set[bytes]:
+        return {k.removeprefix("llmq:worker:").encode() for k in self._hashes}
+
+    def pipeline(self, **_options: Any) -> _FakePipeline:
+        return _FakePipeline(self)
 
     def hgetall(self, key: str | bytes) -> dict[bytes, bytes]:
         name = key.decode() if isinstance(key, bytes) else key
@@ -56,6 +58,18 @@ class _FakeRedis:
 
     def lindex(self, _queue: str, _index: int) -> None:
         return None
+
+
+class _FakePipeline:
+    def __init__(self, redis: _FakeRedis) -> None:
+        self._redis = redis
+        self._keys: list[str] = []
+
+    def hgetall(self, key: str) -> None:
+        self._keys.append(key)
+
+    def execute(self) -> list[dict[bytes, bytes]]:
+        return [self._redis.hgetall(key) for key in self._keys]
 
 
 class _FakeClient:

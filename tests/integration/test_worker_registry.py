@@ -1,0 +1,74 @@
+"""The worker registry in real Redis: found through the known workers, not a key scan."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from producer.status import live_workers
+from schemas.queues import KNOWN_WORKERS_KEY, Tier, event_log_key, worker_key
+from schemas.settings import Settings
+from workers.registry import EXPIRY_S, WorkerRegistration
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def client(integration_settings: Settings) -> Iterator[redis.Redis]:
+    connection = redis.Redis.from_url(integration_settings.broker_url)
+    yield connection
+    connection.close()
+
+
+def registration(client: redis.Redis, worker_id: str, tier: Tier) -> WorkerRegistration:
+    return WorkerRegistration(client, worker_id=worker_id, tier=tier, concurrency=4)
+
+
+def test_workers_are_found_among_many_other_keys_without_a_key_scan(
+    client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Replay logs of finished jobs outnumber workers by far in a busy deployment.
+    pipe = client.pipeline(transaction=False)
+    for index in range(2000):
+        pipe.rpush(event_log_key(f"job-{index}"), "{}")
+    pipe.execute()
+    registration(client, "large-1@b", Tier.LARGE)._write()
+    registration(client, "small-1@a", Tier.SMALL).mark_warm()
+
+    def no_scan(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("the registry was read by scanning every key")
+
+    monkeypatch.setattr(client, "scan_iter", no_scan)
+    monkeypatch.setattr(client, "scan", no_scan)
+    workers = live_workers(client)
+
+    assert [(w.worker_id, w.tier, w.warm) for w in workers] == [
+        ("large-1@b", Tier.LARGE, False),
+        ("small-1@a", Tier.SMALL, True),
+    ]
+
+
+def test_a_known_worker_whose_entry_expired_is_left_out(client: redis.Redis) -> None:
+    registration(client, "small-1@gone", Tier.SMALL)._write()
+    client.delete(worker_key("small-1@gone"))  # as if its heartbeat lapsed
+    assert client.sismember(KNOWN_WORKERS_KEY, "small-1@gone")  # for the reaper to clear
+    assert live_workers(client) == []
+
+
+def test_each_heartbeat_rejoins_the_known_workers(client: redis.Redis) -> None:
+    worker = registration(client, "small-1@back", Tier.SMALL)
+    worker._write()
+    # A reaper took it for dead while its entry had lapsed, and cleared its id.
+    client.srem(KNOWN_WORKERS_KEY, "small-1@back")
+    worker._write()
+    assert [w.worker_id for w in live_workers(client)] == ["small-1@back"]
+    assert 0 < client.ttl(worker_key("small-1@back")) <= EXPIRY_S
+
+
+def test_an_unreadable_entry_is_skipped_not_fatal(client: redis.Redis) -> None:
+    registration(client, "small-1@ok", Tier.SMALL)._write()
+    client.sadd(KNOWN_WORKERS_KEY, "small-2@bad")
+    client.hset(worker_key("small-2@bad"), "tier", "not json")
+    assert [w.worker_id for w in live_workers(client)] == ["small-1@ok"]
