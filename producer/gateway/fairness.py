@@ -6,8 +6,9 @@ Two limits per key, both refused with 429 and ``Retry-After``:
   ``COUNT``, plus the submits of that key this gateway has in flight (so a burst of
   concurrent calls cannot all pass one stale count). The count is read at most once a
   second per key, and counts up with every submit in between (so it errs high, never
-  low); a key that looks at its limit is counted afresh before it is refused. The
-  database round trip stays off nearly every request's first-token path;
+  low); a key that looks at its limit is counted afresh before it is refused. A count
+  over a second old is renewed after the submit that found it so, and used until then:
+  the database round trip stays off every request's first-token path but a key's first;
 * **open streams**, a Redis sorted set of stream leases per key shared by every
   gateway; each lease carries an expiry, so a gateway that dies holding streams frees
   them after the longest a stream may last instead of never.
@@ -95,6 +96,7 @@ class KeyFairness:
         self.stream_lease_s = stream_lease_s
         self._submitting: dict[str, int] = {}
         self._counted: dict[str, tuple[int, float]] = {}
+        self._renewing: dict[str, asyncio.Task[None]] = {}
 
     @asynccontextmanager
     async def submitting(self, key_id: str) -> AsyncIterator[None]:
@@ -118,16 +120,36 @@ class KeyFairness:
             self._submitting[key_id] -= 1
             if not self._submitting[key_id]:
                 del self._submitting[key_id]
+        if time.monotonic() - self._counted[key_id][1] >= ACTIVE_COUNT_FRESH_S:
+            self._renew_soon(key_id)
 
     async def _active_jobs(self, key_id: str, *, fresh: bool) -> int:
-        """The key's active jobs: from the table, or counted up from a read under a second old."""
-        now = time.monotonic()
+        """The key's active jobs: from the table, or counted up from an earlier read
+        (``fresh``: from the table)."""
         cached = self._counted.get(key_id)
-        if not fresh and cached is not None and now - cached[1] < ACTIVE_COUNT_FRESH_S:
-            return cached[0]
+        if fresh or cached is None:
+            return await self._count(key_id)
+        return cached[0]
+
+    async def _count(self, key_id: str) -> int:
+        now = time.monotonic()
         count = await asyncio.to_thread(count_active_jobs, self._sessions(), key_id)
         self._counted[key_id] = (count, now)
         return count
+
+    def _renew_soon(self, key_id: str) -> None:
+        """Count the key's jobs afresh in the background (once at a time per key)."""
+        if key_id in self._renewing:
+            return
+        self._renewing[key_id] = asyncio.create_task(self._renew(key_id))
+
+    async def _renew(self, key_id: str) -> None:
+        try:
+            await self._count(key_id)
+        except DatabaseUnavailable:
+            pass  # the count kept errs high; the key's next submit tries again
+        finally:
+            del self._renewing[key_id]
 
     async def open_stream(self, key_id: str) -> Callable[[], Awaitable[None]]:
         """Take one of the key's stream slots; returns the function that gives it back.
