@@ -112,3 +112,25 @@ def test_stream_returns_once_the_engine_holds_the_request(
         assert engine._handovers == {}
     finally:
         engine.shutdown()
+
+
+def test_engine_runs_on_uvloop_where_it_is_installed() -> None:
+    import uvloop  # a dependency of the worker's extras
+
+    loop = vllm_engine.engine_event_loop()
+    try:
+        assert isinstance(loop, uvloop.Loop)
+    finally:
+        loop.close()
+
+
+def test_engine_runs_on_asyncios_loop_without_uvloop(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # import now raises ImportError
+    loop = vllm_engine.engine_event_loop()
+    try:
+        assert type(loop).__module__.startswith("asyncio")
+        assert loop.run_until_complete(asyncio.sleep(0, result=7)) == 7
+    finally:
+        loop.close()

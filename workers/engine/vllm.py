@@ -41,7 +41,7 @@ class VllmEngine:
     def __init__(self, *, model_path: str, config: TierConfig) -> None:
         self._model_path = model_path
         self._config = config
-        self._loop = asyncio.new_event_loop()
+        self._loop = engine_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name="vllm-loop", daemon=True)
         self._engine: AsyncLLM | None = None
         self._tokenizer: Any = None
@@ -296,6 +296,21 @@ def _next_delta(
             return deltas.get(timeout=STOP_POLL_S)
         except queue.Empty:
             continue
+
+
+def engine_event_loop() -> asyncio.AbstractEventLoop:
+    """The event loop the engine runs on: uvloop's where it is installed, as under
+    vLLM's own server, else asyncio's.
+
+    Every token of every request passes through this loop (the engine's output
+    handler, then a hand-off to the job's thread), and a job thread wakes it for each
+    request it submits; uvloop does both for less than asyncio's own loop.
+    """
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
 
 
 def engine_arguments(model_path: str, config: TierConfig) -> dict[str, Any]:
