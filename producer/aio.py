@@ -7,16 +7,13 @@ from collections.abc import AsyncIterator
 from functools import partial
 
 import redis.asyncio as aioredis
-from redis.asyncio.client import PubSub
 from sqlalchemy.orm import Session, sessionmaker
 
-from producer.client import Client, Recorded, result_from_terminal
-from producer.enqueue import AsyncEnqueuer
-from producer.jobs import new_job_id
-from producer.streams import Event, aread_events, confirmed, early_subscription
+from producer.client import Client, result_from_terminal
+from producer.streams import Event, aread_events
 from producer.submission import RequestLike
 from schemas.broker import async_redis_client
-from schemas.errors import BrokerUnavailable, QueueFull, job_ended
+from schemas.errors import job_ended
 from schemas.events import ErrorEvent, TerminalEvent, TokenEvent, is_terminal
 from schemas.jobs import JobResult, JobStatus
 from schemas.queues import Priority, Tier
@@ -33,7 +30,6 @@ class AsyncClient:
         # thread keeps the event loop free without a second driver stack.
         self._sync = Client(settings)
         self._redis = async_redis_client(settings.broker_url)
-        self._enqueuer = AsyncEnqueuer(self._redis)
 
     @classmethod
     def from_env(cls) -> AsyncClient:
@@ -51,64 +47,22 @@ class AsyncClient:
         require_warm_worker: bool = False,
         deadline_s: float | None = None,
         conversation_id: str | None = None,
-        follow: bool = False,
     ) -> AsyncJobHandle:
-        """See :meth:`producer.client.Client.submit`.
-
-        With ``follow``, the caller means to read the job's events at once: the client
-        subscribes to the job's stream before the job is queued, so the handle's
-        :meth:`AsyncJobHandle.events` start listening with no subscribe and no log read
-        of their own after the worker has the job. Read them, or :meth:`AsyncJobHandle.close`
-        the handle, or the subscription's connection stays open.
-        """
-        record = partial(
-            self._sync.record,
-            request,
-            tier=tier,
-            priority=priority,
-            idempotency_key=idempotency_key,
-            owner=owner,
-            require_warm_worker=require_warm_worker,
-            deadline_s=deadline_s,
-            conversation_id=conversation_id,
-        )
-        if not follow:
-            recorded = await asyncio.to_thread(record)
-            await self._enqueue(recorded)
-            return AsyncJobHandle(self, recorded.job.id, recorded.tier, recorded.priority)
-        job_id = new_job_id()
-        subscription = await early_subscription(self._redis, job_id)
-        try:
-            # The insert runs while the subscription is confirmed.
-            recorded = await asyncio.to_thread(partial(record, job_id=job_id))
-            subscribed = await confirmed(subscription)
-            await self._enqueue(recorded)
-        except BaseException:
-            await subscription.aclose()  # type: ignore[no-untyped-call, unused-ignore]
-            raise
-        handle = AsyncJobHandle(self, recorded.job.id, recorded.tier, recorded.priority)
-        if recorded.created and subscribed:
-            handle.subscription = subscription
-        else:  # a repeated idempotency key names an older job, already under way
-            await subscription.aclose()  # type: ignore[no-untyped-call, unused-ignore]
-        return handle
-
-    async def _enqueue(self, recorded: Recorded) -> None:
-        """Queue a job :meth:`Client.record` created, from this event loop; its row is
-        deleted if that fails (``BrokerUnavailable``, ``QueueFull``)."""
-        if not recorded.created:
-            return
-        try:
-            await self._enqueuer.enqueue(
-                recorded.job.id,
-                tier=recorded.tier,
-                priority=recorded.priority,
-                max_depth=recorded.max_depth,
-                request=recorded.job.request,
+        """See :meth:`producer.client.Client.submit`."""
+        handle = await asyncio.to_thread(
+            partial(
+                self._sync.submit,
+                request,
+                tier=tier,
+                priority=priority,
+                idempotency_key=idempotency_key,
+                owner=owner,
+                require_warm_worker=require_warm_worker,
+                deadline_s=deadline_s,
+                conversation_id=conversation_id,
             )
-        except (BrokerUnavailable, QueueFull):
-            await asyncio.to_thread(self._sync.unrecord, recorded.job.id)
-            raise
+        )
+        return AsyncJobHandle(self, handle.job_id, handle.tier, handle.priority)
 
     @property
     def sync(self) -> Client:
@@ -148,26 +102,12 @@ class AsyncClient:
         return await asyncio.to_thread(self._sync.status, job_id)
 
     def events(
-        self,
-        job_id: str,
-        *,
-        from_seq: int = 0,
-        timeout: float | None = None,
-        subscription: PubSub | None = None,
+        self, job_id: str, *, from_seq: int = 0, timeout: float | None = None
     ) -> AsyncIterator[Event]:
-        """A job's stream events from ``from_seq`` on, ending with the terminal event.
-
-        ``subscription``: one to the job's channel, confirmed before the job was queued
-        (it is used, then closed, by the reading).
-        """
+        """A job's stream events from ``from_seq`` on, ending with the terminal event."""
         lookup = partial(self._sync.terminal_event, job_id)
         return aread_events(
-            self._redis,
-            job_id,
-            from_seq=from_seq,
-            timeout=timeout,
-            terminal_lookup=lookup,
-            subscription=subscription,
+            self._redis, job_id, from_seq=from_seq, timeout=timeout, terminal_lookup=lookup
         )
 
     async def aclose(self) -> None:
@@ -190,28 +130,16 @@ class AsyncJobHandle:
         self.job_id = job_id
         self.tier = tier
         self.priority = priority
-        self.subscription: PubSub | None = None
-        """Set by ``submit(follow=True)``: taken by the first :meth:`events`."""
         self._terminal: TerminalEvent | None = None
 
     async def events(
         self, *, from_seq: int = 0, timeout: float | None = None
     ) -> AsyncIterator[Event]:
         """Every stream event from ``from_seq``, in order, each exactly once."""
-        subscription, self.subscription = self.subscription, None
-        events = self.client.events(
-            self.job_id, from_seq=from_seq, timeout=timeout, subscription=subscription
-        )
-        async for event in events:
+        async for event in self.client.events(self.job_id, from_seq=from_seq, timeout=timeout):
             if is_terminal(event):
                 self._terminal = event
             yield event
-
-    async def close(self) -> None:
-        """Close the subscription ``submit(follow=True)`` opened, if no reading took it."""
-        subscription, self.subscription = self.subscription, None
-        if subscription is not None:
-            await subscription.aclose()  # type: ignore[no-untyped-call, unused-ignore]
 
     async def stream(self, *, timeout: float | None = None) -> AsyncIterator[str]:
         """Yield text chunks as they are generated; raises ``JobFailed`` on a job error."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass
 from functools import partial
 
 import redis
@@ -36,19 +35,6 @@ from schemas.prompt_registry import PromptCatalog, PromptRegistry
 from schemas.queues import Priority, Tier
 from schemas.settings import Settings
 from schemas.tables import Job
-
-
-@dataclass(frozen=True)
-class Recorded:
-    """A job row :meth:`Client.record` committed (or found, for a repeated idempotency
-    key: then ``created`` is False and the job was queued already)."""
-
-    job: Job
-    created: bool
-    tier: Tier
-    priority: Priority
-    max_depth: int | None
-    """The depth limit of the job's queue (None: none)."""
 
 
 class Client:
@@ -118,53 +104,6 @@ class Client:
         ``InvalidRequest``, ``PromptTooLong``, ``IdempotencyConflict``, ``QueueFull``,
         ``NoWarmWorker``, ``BrokerUnavailable`` or ``DatabaseUnavailable``.
         """
-        recorded = self.record(
-            request,
-            tier=tier,
-            priority=priority,
-            idempotency_key=idempotency_key,
-            owner=owner,
-            require_warm_worker=require_warm_worker,
-            deadline_s=deadline_s,
-            conversation_id=conversation_id,
-        )
-        if recorded.created:
-            try:
-                self._enqueuer.enqueue(
-                    recorded.job.id,
-                    tier=recorded.tier,
-                    priority=recorded.priority,
-                    max_depth=recorded.max_depth,
-                    # The stored request: the message may carry a copy (interactive
-                    # jobs; schemas.messages decides) for the worker to start on.
-                    request=recorded.job.request,
-                )
-            except (BrokerUnavailable, QueueFull):
-                self.unrecord(recorded.job.id)
-                raise
-        return JobHandle(self, recorded.job.id, recorded.tier, recorded.priority)
-
-    def record(
-        self,
-        request: RequestLike,
-        *,
-        tier: Tier | str = "auto",
-        priority: Priority | str = Priority.INTERACTIVE,
-        idempotency_key: str | None = None,
-        owner: str | None = None,
-        require_warm_worker: bool = False,
-        deadline_s: float | None = None,
-        conversation_id: str | None = None,
-        job_id: str | None = None,
-    ) -> Recorded:
-        """The first half of :meth:`submit`: validate, route and commit the job row,
-        without enqueuing it. Whoever calls this enqueues the job (``created``) or, if
-        that fails, deletes its row (:meth:`unrecord`).
-
-        ``job_id``: the new row's id, for a caller that must know it first (the asyncio
-        client subscribes to the job's stream before the job is queued); None: a new
-        random id. Same errors as :meth:`submit`, but for ``QueueFull``.
-        """
         if conversation_id is not None:
             request = with_conversation(request, conversation_id)
         submission = prepare_submission(
@@ -188,22 +127,25 @@ class Client:
             request_hash=submission.request_hash,
             request=submission.request,
             decision=submission.decision,
-            priority=priority_,
+            priority=submission.options.priority,
             idempotency_key=submission.options.idempotency_key,
             deadline_s=submission.options.deadline_s,
-            job_id=job_id,
         )
-        return Recorded(
-            job=job,
-            created=created,
-            tier=Tier(job.tier),
-            priority=Priority(job.priority),
-            max_depth=self.settings.tier(tier_).max_queue_depth.get(priority_),
-        )
-
-    def unrecord(self, job_id: str) -> None:
-        """Delete the row of a recorded job whose message could not be queued."""
-        delete_job(self._sessions, job_id)
+        if created:
+            try:
+                self._enqueuer.enqueue(
+                    job.id,
+                    tier=tier_,
+                    priority=priority_,
+                    max_depth=self.settings.tier(tier_).max_queue_depth.get(priority_),
+                    # The stored request: the message may carry a copy (interactive
+                    # jobs; schemas.messages decides) for the worker to start on.
+                    request=job.request,
+                )
+            except (BrokerUnavailable, QueueFull):
+                delete_job(self._sessions, job.id)
+                raise
+        return JobHandle(self, job.id, Tier(job.tier), Priority(job.priority))
 
     def warm(self) -> None:
         """Pay one-time costs now: tokenizers, Redis, broker and database connections.

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import redis
-import redis.asyncio as aioredis
 from celery import Celery
 
 from producer.admission import queue_full
@@ -66,8 +65,10 @@ class Enqueuer:
         queue = queue_name(tier, priority)
         message = celery_job_message(job_id, tier, priority, request=request)
         with broker_boundary(f"enqueue on {queue}", then="nothing was enqueued"):
-            depth = int(self._push_if_room(keys=[queue], args=[message, _limit(max_depth)]))
-        _check_pushed(depth, queue, max_depth)
+            limit = -1 if max_depth is None else max_depth
+            depth = int(self._push_if_room(keys=[queue], args=[message, limit]))
+        if depth < 0:
+            raise queue_full(queue, -depth - 1, max_depth or 0)
 
     def connect(self) -> None:
         """Open the broker connection now; raises ``BrokerUnavailable``."""
@@ -82,37 +83,3 @@ class Enqueuer:
     def close(self) -> None:
         """Release broker connections."""
         self._app.close()
-
-
-class AsyncEnqueuer:
-    """:meth:`Enqueuer.enqueue` on an asyncio Redis connection: the same message, the
-    same script, no thread (the asyncio client pushes from its own event loop)."""
-
-    def __init__(self, client: aioredis.Redis) -> None:
-        self._push_if_room = client.register_script(PUSH_IF_ROOM)
-
-    async def enqueue(
-        self,
-        job_id: str,
-        *,
-        tier: Tier,
-        priority: Priority,
-        max_depth: int | None = None,
-        request: dict[str, Any] | None = None,
-    ) -> None:
-        """See :meth:`Enqueuer.enqueue`."""
-        queue = queue_name(tier, priority)
-        message = celery_job_message(job_id, tier, priority, request=request)
-        with broker_boundary(f"enqueue on {queue}", then="nothing was enqueued"):
-            depth = int(await self._push_if_room(keys=[queue], args=[message, _limit(max_depth)]))
-        _check_pushed(depth, queue, max_depth)
-
-
-def _limit(max_depth: int | None) -> int:
-    return -1 if max_depth is None else max_depth
-
-
-def _check_pushed(depth: int, queue: str, max_depth: int | None) -> None:
-    """Raise ``QueueFull`` when the script refused the push (a negative depth)."""
-    if depth < 0:
-        raise queue_full(queue, -depth - 1, max_depth or 0)

@@ -36,10 +36,8 @@ def insert_job(
     owner: str | None = None,
     deadline_s: float | None = None,
     request_hash: str | None = None,
-    job_id: str | None = None,
 ) -> tuple[Job, bool]:
-    """Write a queued job row (``job_id``, or a new random id); return it and whether
-    it is new.
+    """Write a queued job row; return it and whether it is new.
 
     Idempotency keys belong to the owner (None is one owner of its own). With a key the
     same owner already used for the same request (same ``request_hash``), that job is
@@ -47,7 +45,7 @@ def insert_job(
     ``DatabaseUnavailable`` if the database refuses.
     """
     job = Job(
-        id=job_id or new_job_id(),
+        id=new_job_id(),
         idempotency_key=idempotency_key,
         idempotency_scope=owner or "",
         request_hash=request_hash,

@@ -75,10 +75,7 @@ class StreamReader:
 
     ``from_seq`` is the first event wanted. ``timeout`` (seconds from now) makes
     :meth:`next_action` raise ``JobTimeout`` once it is spent; ``clock`` is the
-    monotonic clock deadlines and outages are measured with. ``subscribed``: the driver
-    holds a subscription Redis confirmed before the job was queued, so no event can
-    precede it and reading starts by listening (a gap or silence still sends the
-    reader to the log, and a reconnect subscribes as usual).
+    monotonic clock deadlines and outages are measured with.
     """
 
     def __init__(
@@ -88,13 +85,12 @@ class StreamReader:
         from_seq: int = 0,
         timeout: float | None = None,
         clock: Callable[[], float] = time.monotonic,
-        subscribed: bool = False,
     ) -> None:
         self.job_id = job_id
         self.next_seq = from_seq
         self._clock = clock
         self._deadline = None if timeout is None else clock() + timeout
-        self._phase = _Phase.FOLLOW if subscribed else _Phase.SUBSCRIBING
+        self._phase = _Phase.SUBSCRIBING
         self._ask_row_after_replay = False
         self._outage_since: float | None = None
 
@@ -102,11 +98,6 @@ class StreamReader:
     def finished(self) -> bool:
         """True once the terminal event was handed out."""
         return self._phase is _Phase.DONE
-
-    @property
-    def subscribing(self) -> bool:
-        """True while the reader needs a (new) subscription confirmed."""
-        return self._phase is _Phase.SUBSCRIBING
 
     def next_action(self) -> Action | None:
         """What the driver does next; None once the stream is over.

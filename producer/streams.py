@@ -14,10 +14,8 @@ from collections.abc import AsyncIterator, Callable, Generator
 
 import redis
 import redis.asyncio as aioredis
-from redis.asyncio.client import PubSub
 
 from producer.stream_protocol import Listen, ReadLog, ReadRow, StreamReader
-from schemas.boundary import broker_boundary
 from schemas.events import AnyEvent, TerminalEvent, error_event
 from schemas.queues import CANCEL_CHANNEL, cancel_key, event_channel, event_log_key
 from schemas.stream_log import EventLog
@@ -66,24 +64,15 @@ async def aread_events(
     from_seq: int = 0,
     timeout: float | None = None,
     terminal_lookup: TerminalLookup | None = None,
-    subscription: PubSub | None = None,
 ) -> AsyncIterator[Event]:
-    """Asyncio twin of :func:`read_events`, with the same guarantees.
-
-    ``subscription``: one to the job's channel that Redis confirmed before the job was
-    queued (:func:`early_subscription`), so nothing can have been published before it:
-    reading starts by listening, with no log read. It is closed with the reading.
-    """
-    reader = StreamReader(
-        job_id, from_seq=from_seq, timeout=timeout, subscribed=subscription is not None
-    )
+    """Asyncio twin of :func:`read_events`, with the same guarantees."""
+    reader = StreamReader(job_id, from_seq=from_seq, timeout=timeout)
     log_key = event_log_key(job_id)
     while not reader.finished:
         try:
-            pubsub, subscription = subscription or client.pubsub(), None
+            pubsub = client.pubsub()
             try:
-                if reader.subscribing:
-                    await pubsub.subscribe(event_channel(job_id))
+                await pubsub.subscribe(event_channel(job_id))
                 while (action := reader.next_action()) is not None:
                     match action:
                         case Listen(timeout=wait):
@@ -99,39 +88,6 @@ async def aread_events(
                 await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
         except redis.RedisError as exc:
             await asyncio.sleep(reader.connection_lost(exc))
-
-
-# How long a submit waits for Redis to confirm an early subscription before it queues
-# the job anyway (the reading then subscribes again and replays the log).
-CONFIRM_TIMEOUT_S = 1.0
-
-
-async def early_subscription(client: aioredis.Redis, job_id: str) -> PubSub:
-    """Ask for a subscription to ``job_id``'s channel now, before the job is queued;
-    :func:`confirmed` says once Redis has it. Raises ``BrokerUnavailable``."""
-    pubsub = client.pubsub()
-    try:
-        with broker_boundary("subscribe to the job's stream", then="nothing was queued"):
-            await pubsub.subscribe(event_channel(job_id))
-    except BaseException:
-        await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
-        raise
-    return pubsub
-
-
-async def confirmed(pubsub: PubSub, timeout: float = CONFIRM_TIMEOUT_S) -> bool:
-    """True once Redis confirms ``pubsub``'s subscription, False if it did not within
-    ``timeout`` seconds or the connection failed (then read the stream as usual)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    try:
-        while (left := deadline - loop.time()) > 0:
-            message = await pubsub.get_message(timeout=left)
-            if message is not None and message.get("type") == "subscribe":
-                return True
-    except redis.RedisError:
-        return False
-    return False
 
 
 def _row(terminal_lookup: TerminalLookup | None, seq: int) -> TerminalEvent | None:

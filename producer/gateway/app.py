@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -251,13 +250,12 @@ class Gateway:
                 started=started,
                 timeout=RESULT_TIMEOUT_S,
             )
-            return ReleasingStreamingResponse(
-                events, release=_releasing(handle, release), media_type="text/event-stream"
-            )
-        try:
-            result = await handle.result(timeout=RESULT_TIMEOUT_S)
-        finally:
-            await handle.close()
+            if release is not None:
+                return ReleasingStreamingResponse(
+                    events, release=release, media_type="text/event-stream"
+                )
+            return StreamingResponse(events, media_type="text/event-stream")
+        result = await handle.result(timeout=RESULT_TIMEOUT_S)
         self.metrics.requests.labels(body.model, "200").inc()
         return JSONResponse(
             oai.completion(
@@ -277,8 +275,6 @@ class Gateway:
         priority = body.priority or request.headers.get("x-priority") or "interactive"
         return await self.client.submit(
             body.to_llmq(),
-            # Streamed or not, the answer is read at once: subscribe before queuing.
-            follow=True,
             tier=body.model,
             priority=priority,
             idempotency_key=request.headers.get("idempotency-key"),
@@ -287,24 +283,6 @@ class Gateway:
             # A person is waiting: refuse now rather than queue behind no worker.
             require_warm_worker=priority == Priority.INTERACTIVE,
         )
-
-
-def _releasing(
-    handle: AsyncJobHandle, release: Callable[[], Awaitable[None]] | None
-) -> Callable[[], Awaitable[None]]:
-    """What a stream gives back however it ends: its stream slot (if it took one) and
-    the early subscription (if the body never started reading it)."""
-
-    async def release_all() -> None:
-        try:
-            # Shielded: a stream ends by cancellation when its client goes away.
-            with anyio.CancelScope(shield=True):
-                await handle.close()
-        finally:
-            if release is not None:
-                await release()
-
-    return release_all
 
 
 def create_app(

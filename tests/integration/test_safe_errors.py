@@ -15,10 +15,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from producer.client import Client
-from producer.enqueue import AsyncEnqueuer
 from producer.gateway.app import Gateway, create_app
 from producer.gateway.keys import create_key, hash_secret
-from schemas.broker import async_redis_client
 from schemas.db import make_engine, make_sessions
 from schemas.settings import Settings
 
@@ -45,10 +43,6 @@ def gateway_losing(
         gateway: Gateway = app.state.gateway
         lost = Client(settings.model_copy(update=broken), warm=False)
         monkeypatch.setattr(gateway.client, "_sync", lost)
-        if "broker_url" in broken:  # the asyncio client's own connection is lost too
-            lost_redis = async_redis_client(broken["broker_url"])
-            monkeypatch.setattr(gateway.client, "_redis", lost_redis)
-            monkeypatch.setattr(gateway.client, "_enqueuer", AsyncEnqueuer(lost_redis))
         try:
             yield http
         finally:

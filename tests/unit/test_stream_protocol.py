@@ -207,30 +207,3 @@ def test_input_out_of_turn_is_refused() -> None:
         reader.receive_log([])
     with pytest.raises(RuntimeError):
         reader.receive_row(None)
-
-
-def test_a_reader_subscribed_before_the_job_was_queued_listens_at_once() -> None:
-    reader = StreamReader("j", subscribed=True)
-    assert not reader.subscribing
-    assert reader.next_action() == Listen(IDLE_POLL_S)
-    assert seqs(reader.receive_message(message(raw_tokens(0, 1)[0]))) == [0]
-    assert reader.next_action() == Listen(IDLE_POLL_S)
-
-
-def test_an_early_subscriber_still_fills_a_gap_and_a_silence_from_the_log() -> None:
-    reader = StreamReader("j", subscribed=True)
-    assert reader.receive_message(message(raw_tokens(1, 1)[0])) == []  # 0 never came
-    assert reader.next_action() == ReadLog(0)
-    assert seqs(reader.receive_log(raw_tokens(0, 2))) == [0, 1]
-    assert reader.receive_message(None) == []  # silence: the log, then the row
-    assert reader.next_action() == ReadLog(2)
-    reader.receive_log([])
-    assert reader.next_action() == ReadRow(2)
-
-
-def test_an_early_subscriber_subscribes_again_after_a_lost_connection() -> None:
-    reader = StreamReader("j", subscribed=True)
-    reader.connection_lost(ConnectionError("gone"))
-    assert reader.subscribing
-    reader.receive_message(SUBSCRIBED)
-    assert reader.next_action() == ReadLog(0)
