@@ -283,6 +283,9 @@ def _report(samples: dict[str, SideSamples], tier: Tier, plan: PeerPlan) -> dict
         figures[f"{name}_tok_s_{plan.concurrency}"] = rounded(median(side.tok_s))
         figures[f"{name}_chunk_s_{plan.concurrency}"] = rounded(median(side.chunk_s))
         figures[f"{name}_ttft_samples_ms"] = [rounded(x) for x in side.ttft_ms]
+        # One per round: a server's rate can move between its starts (where the kernel
+        # puts its processes), which a median alone would hide.
+        figures[f"{name}_tok_s_samples"] = [rounded(x) for x in side.tok_s]
     figures["ttft_ratio"] = _ratio(llmq.ttft_ms, vllm.ttft_ms)
     figures["ttft_added_ms"] = rounded(median(llmq.ttft_ms) - median(vllm.ttft_ms))
     figures["total_ratio"] = _ratio(llmq.total_ms, vllm.total_ms)

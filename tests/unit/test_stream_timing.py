@@ -36,3 +36,26 @@ def test_clock_without_a_token_count_takes_one_per_chunk() -> None:
 def test_clock_refuses_a_stream_without_text() -> None:
     with pytest.raises(RuntimeError, match="no text"):
         StreamClock().timing(0)
+
+
+def test_peer_report_gives_token_and_chunk_rates_and_each_rounds_rate() -> None:
+    from bench.peer import PeerPlan, SideSamples, _report
+    from schemas.queues import Tier
+
+    def side(tok_s: list[float], chunk_s: list[float]) -> SideSamples:
+        return SideSamples(
+            ttft_ms=[40.0, 42.0], total_ms=[1200.0], itl_ms=[18.0], tok_s=tok_s, chunk_s=chunk_s
+        )
+
+    figures = _report(
+        {
+            "vllm": side([300.0, 460.0], [300.0, 460.0]),
+            "llmq": side([440.0, 450.0], [400.0, 410.0]),
+        },
+        Tier.SMALL,
+        PeerPlan(),
+    )
+    assert figures["llmq_tok_s_16"] == 445.0
+    assert figures["llmq_chunk_s_16"] == 405.0
+    assert figures["vllm_tok_s_samples"] == [300.0, 460.0]
+    assert figures["throughput_ratio"] == round(445.0 / 380.0, 3)
