@@ -92,17 +92,20 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def write_entry(pipe: redis.client.Pipeline, entry: WorkerEntry, *, expiry_s: int) -> None:
-    """Add the commands that publish ``entry`` to ``pipe``: its hash, which expires
-    unless written again within ``expiry_s``, and its id among the known workers.
+def write_entry(client: redis.Redis, entry: WorkerEntry, *, expiry_s: int) -> None:
+    """Publish ``entry`` in one round trip: its hash, which expires unless written
+    again within ``expiry_s``, and its id among the known workers. Raises
+    ``redis.RedisError``.
 
     The id is added at every write, not only the first: a reaper that took this worker
     for dead (its hash lapsed during a Redis restart) removed it.
     """
     key = worker_key(entry.worker_id)
+    pipe = client.pipeline(transaction=False)
     pipe.hset(key, mapping=entry.encode())
     pipe.expire(key, expiry_s)
     pipe.sadd(KNOWN_WORKERS_KEY, entry.worker_id)
+    pipe.execute()
 
 
 def read_entries(client: redis.Redis) -> list[WorkerEntry]:

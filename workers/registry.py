@@ -100,6 +100,4 @@ class WorkerRegistration(BackgroundLoop):
                 "seen_at": time.time(),
             }
         )
-        pipe = self._redis.pipeline(transaction=False)
-        write_entry(pipe, entry, expiry_s=EXPIRY_S)
-        pipe.execute()
+        write_entry(self._redis, entry, expiry_s=EXPIRY_S)

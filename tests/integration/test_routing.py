@@ -79,9 +79,7 @@ def test_gibberish_and_other_languages_are_escalated(settings: Settings, text: s
 
 def pretend_worker(client: redis.Redis, tier: Tier, slots: int) -> None:
     entry = WorkerEntry(worker_id=f"{tier.value}-1@test", tier=tier, warm=True, concurrency=slots)
-    pipe = client.pipeline()
-    write_entry(pipe, entry, expiry_s=60)
-    pipe.execute()
+    write_entry(client, entry, expiry_s=60)
 
 
 def test_an_overloaded_tier_steps_up_to_a_neighbour_with_headroom(settings: Settings) -> None:

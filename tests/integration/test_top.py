@@ -59,9 +59,7 @@ def test_one_frame_shows_queues_workers_latency_routing_and_errors(
             system_prompt_requests=10,
             system_prompt_hits=9,
         )
-        pipe = r.pipeline()
-        write_entry(pipe, entry, expiry_s=60)
-        pipe.execute()
+        write_entry(r, entry, expiry_s=60)
         r.hincrby(ROUTING_COUNTS_KEY, "small:classified", 3)
         r.hincrby(ROUTING_COUNTS_KEY, "large:escalated", 1)
 
