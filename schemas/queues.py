@@ -206,12 +206,6 @@ def worker_key(worker_id: str) -> str:
     return f"{WORKER_KEY_PREFIX}{worker_id}"
 
 
-def worker_id_of(key: bytes | str) -> str:
-    """Inverse of :func:`worker_key`."""
-    text = key.decode() if isinstance(key, bytes) else key
-    return text.removeprefix(WORKER_KEY_PREFIX)
-
-
 KNOWN_WORKERS_KEY = "llmq:workers"
 """Set of every worker id that announced itself or took a message, until a reaper has
 recovered what it left behind; the registry hash of a dead worker expires, this stays."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -14,7 +13,8 @@ from typing import IO
 
 from schemas.broker import redis_client
 from schemas.errors import EngineError
-from schemas.queues import WORKER_KEY_PREFIX, Tier
+from schemas.queues import Tier
+from schemas.registry import read_entries
 from schemas.settings import Settings
 
 WARM_TIMEOUT_S = 900.0
@@ -75,20 +75,20 @@ def wait_until_warm(
     ``on_phase`` hears each warming phase the worker reports (loading, warm-up, ...).
     """
     client = redis_client(settings.broker_url)
-    pattern = f"{WORKER_KEY_PREFIX}{tier.value}-{process.pid}-*@*"
+    # Worker ids are <tier>-<pid>-<random>@<host>: this process's worker, whatever else runs.
+    prefix = f"{tier.value}-{process.pid}-"
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 raise EngineError(f"the worker exited with code {process.returncode}")
-            for key in client.scan_iter(match=pattern):
-                warm, phase = client.hmget(key, ["warm", "phase"])
-                if warm == b"1":
-                    return str(key.decode()).removeprefix(WORKER_KEY_PREFIX)
-                if on_phase is not None and phase:
-                    reported = json.loads(phase)
-                    if isinstance(reported, str):
-                        on_phase(reported)
+            for entry in read_entries(client):
+                if not entry.worker_id.startswith(prefix) or "@" not in entry.worker_id:
+                    continue
+                if entry.warm:
+                    return entry.worker_id
+                if on_phase is not None and entry.phase:
+                    on_phase(entry.phase)
             time.sleep(0.25)
     finally:
         client.close()

@@ -62,7 +62,6 @@ def test_redis_key_names_stay_as_deployments_wrote_them() -> None:
     assert queues.event_channel("j") == "llmq:job:j:events"
     assert queues.event_log_key("j") == "llmq:job:j:log"
     assert queues.worker_key("w") == "llmq:worker:w"
-    assert queues.worker_id_of(b"llmq:worker:w") == "w"
     assert queues.held_key("w") == "llmq:held:w"
     assert queues.queues_kept_key(Tier.SMALL) == "llmq:queues-kept:small"
     assert queues.rate_limit_key("k") == "llmq:ratelimit:k"
