@@ -16,6 +16,11 @@ the same transaction as kombu's own unacknowledged entry. kombu alone cannot tel
 whose a message is, so a message a dead worker held (claimed or not yet) would wait
 for the visibility timeout; with the record, the reaper puts it back within seconds
 (:func:`restore_held`).
+
+A message's records are written right after Celery has handed its job to a thread,
+not before: the round trip (half a millisecond) then overlaps the job's start instead
+of delaying it. If the worker dies in between, the job's row still says queued and the
+reaper's lost-message sweep, which a worker's death triggers, sends it again.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import redis
@@ -45,29 +52,62 @@ class TolerantQoS(kombu_redis.QoS):
     Such an ack has nothing left to do: the restarted Redis no longer holds the message.
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+        # Records of messages taken and not yet written to Redis (tag -> entry). The
+        # lock also keeps an acknowledgement from overtaking its message's write.
+        self._unwritten: dict[Any, str] = {}
+        self._records_lock = threading.Lock()
+        self._deferring = False
+
     @property
     def holder(self) -> str | None:
         """The worker id this channel takes messages for (None outside a worker)."""
         return getattr(self.channel, "llmq_worker_id", None)
 
     def append(self, message: Any, delivery_tag: Any) -> None:
-        holder = self.holder
-        if holder is None:
+        if self.holder is None:
             super().append(message, delivery_tag)  # type: ignore[no-untyped-call]
             return
-        # kombu's own bookkeeping plus whose the message is, in one MULTI/EXEC: a
-        # crash cannot leave a message held by nobody.
         delivery = message.delivery_info
         entry = dumps([message._raw, delivery["exchange"], delivery["routing_key"]])  # type: ignore[no-untyped-call]
-        with self.pipe_or_acquire() as pipe:
-            pipe.zadd(self.unacked_index_key, {delivery_tag: time.time()})
-            pipe.hset(self.unacked_key, delivery_tag, entry)
-            pipe.hset(held_key(holder), delivery_tag, "1")
-            pipe.sadd(KNOWN_WORKERS_KEY, holder)
-            pipe.execute()
+        with self._records_lock:
+            self._unwritten[delivery_tag] = entry
         virtual.QoS.append(self, message, delivery_tag)  # type: ignore[no-untyped-call]
+        if not self._deferring:
+            self.write_records()
+
+    @contextlib.contextmanager
+    def records_after(self) -> Iterator[None]:
+        """Write the records of messages taken inside the block when it ends."""
+        self._deferring = True
+        try:
+            yield
+        finally:
+            self._deferring = False
+            self.write_records()
+
+    def write_records(self) -> None:
+        """Record every message taken and not yet recorded as unacknowledged, and as
+        held by this worker, in one MULTI/EXEC: no crash leaves one held by nobody."""
+        holder = self.holder
+        with self._records_lock:
+            if not self._unwritten or holder is None:
+                return
+            now = time.time()
+            with self.pipe_or_acquire() as pipe:
+                for delivery_tag, entry in self._unwritten.items():
+                    pipe.zadd(self.unacked_index_key, {delivery_tag: now})
+                    pipe.hset(self.unacked_key, delivery_tag, entry)
+                    pipe.hset(held_key(holder), delivery_tag, "1")
+                pipe.sadd(KNOWN_WORKERS_KEY, holder)
+                self._unwritten.clear()
+                pipe.execute()
 
     def _remove_from_indices(self, delivery_tag: Any, pipe: Any = None) -> Any:
+        with self._records_lock:
+            # Acknowledged before its record was written: nothing left to write.
+            self._unwritten.pop(delivery_tag, None)
         pipe = super()._remove_from_indices(delivery_tag, pipe)  # type: ignore[no-untyped-call]
         holder = self.holder
         if holder is not None:
@@ -96,6 +136,7 @@ class TolerantQoS(kombu_redis.QoS):
 
     def restore_unacked(self, client: Any = None) -> None:
         try:
+            self.write_records()  # what is restored is read back from the records
             super().restore_unacked(client)  # type: ignore[no-untyped-call]
         except (AttributeError, OSError, redis.RedisError) as exc:
             log.warning(
@@ -136,7 +177,11 @@ class TolerantRedisTransport(kombu_redis.Transport):
         # Job queues only: Celery's own control messages (Flower's inspect) pass as they are.
         problem = envelope_problem(message) if is_job_queue(queue) else None
         if problem is None:
-            super()._deliver(message, queue)  # type: ignore[no-untyped-call]
+            with contextlib.ExitStack() as records:
+                for channel in self.channels:
+                    if isinstance(channel.qos, TolerantQoS):
+                        records.enter_context(channel.qos.records_after())
+                super()._deliver(message, queue)  # type: ignore[no-untyped-call]
             return
         # Popped already: dropping it is all that is left, and it must not reach Celery.
         log.error("dropped a queue entry on %s: %s", queue, problem)

@@ -70,6 +70,42 @@ def test_a_message_taken_and_acknowledged_leaves_no_record(
     assert handle.job_id
 
 
+def test_records_taken_while_delivering_are_written_when_the_delivery_ends(
+    integration_settings: Settings,
+) -> None:
+    with (
+        Client(integration_settings) as client,
+        worker_channel(integration_settings, "small-1@deferred") as channel,
+    ):
+        client.submit(REQUEST)
+        with channel.qos.records_after():
+            message = channel.basic_get(QUEUE, no_ack=False)
+            assert message is not None
+            assert client.redis.hlen(held_key("small-1@deferred")) == 0
+        assert client.redis.hlen(held_key("small-1@deferred")) == 1
+        assert client.redis.hlen("unacked") == 1
+        message.ack()
+        assert client.redis.hlen(held_key("small-1@deferred")) == 0
+        assert client.redis.hlen("unacked") == 0
+
+
+def test_a_message_acknowledged_before_its_record_is_written_leaves_none(
+    integration_settings: Settings,
+) -> None:
+    with (
+        Client(integration_settings) as client,
+        worker_channel(integration_settings, "small-1@quick") as channel,
+    ):
+        client.submit(REQUEST)
+        with channel.qos.records_after():
+            message = channel.basic_get(QUEUE, no_ack=False)
+            assert message is not None
+            message.ack()
+        assert client.redis.hlen(held_key("small-1@quick")) == 0
+        assert client.redis.hlen("unacked") == 0
+        assert client.redis.zcard("unacked_index") == 0
+
+
 def test_a_dead_workers_unclaimed_message_is_requeued_at_once(
     integration_settings: Settings,
 ) -> None:
