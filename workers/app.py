@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from celery import Celery, Task
@@ -11,7 +12,7 @@ from schemas.errors import DatabaseUnavailable
 from schemas.jobs import could_be_job_id
 from schemas.queues import GENERATE_TASK, celery_config, kombu_queues
 from schemas.settings import Settings
-from workers.early_start import JobHint
+from workers.early_start import JobHint, start_on_receipt
 from workers.job_runner import run_job
 from workers.transport import transport_path
 from workers.worker_runtime import WorkerRuntime
@@ -78,3 +79,33 @@ def _hint(request: Any, priority: Any) -> JobHint | None:
     if isinstance(request, dict) and isinstance(priority, str):
         return JobHint(request=request, priority=priority)
     return None
+
+
+def start_on_receipt_of(app: LlmqCelery) -> Callable[[], None]:
+    """Have ``app``'s worker start an interactive job's engine request as soon as its
+    message is received, before Celery hands the task to a job thread
+    (``workers.received_starts``). Returns what undoes it."""
+    from celery.signals import task_received
+
+    def on_received(request: Any = None, **_: Any) -> None:
+        runtime = app.runtime
+        # A retry's message waits for its ETA: its request is started when it runs.
+        if runtime is None or request is None or request.name != GENERATE_TASK or request.eta:
+            return
+        args, kwargs = request.args, request.kwargs
+        job_id = args[0] if isinstance(args, list | tuple) and args else None
+        hint = (
+            _hint(kwargs.get("request"), kwargs.get("priority"))
+            if isinstance(kwargs, dict)
+            else None
+        )
+        if hint is None or not isinstance(job_id, str) or not could_be_job_id(job_id):
+            return
+        try:
+            start_on_receipt(runtime, job_id, hint)
+        except Exception:
+            # The task starts the job the ordinary way; the consumer must go on reading.
+            log.warning("could not start job %s on receipt", job_id, exc_info=True)
+
+    task_received.connect(on_received, weak=False)
+    return lambda: task_received.disconnect(on_received)

@@ -80,3 +80,11 @@ def start_early(runtime: WorkerRuntime, job_id: str, hint: JobHint | None) -> Ea
         stop=running.stop,
     )
     return EarlyStart(hint, request, prompt_ids, running, deltas)
+
+
+def start_on_receipt(runtime: WorkerRuntime, job_id: str, hint: JobHint) -> None:
+    """Start the job's engine request as its message is received, for its task to take
+    (``run_job``); nothing happens when the message's copy is not one to start from."""
+    early = start_early(runtime, job_id, hint)
+    if early is not None:
+        runtime.received.put(job_id, early)

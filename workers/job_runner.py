@@ -59,12 +59,13 @@ def run_job(runtime: WorkerRuntime, job_id: str, hint: JobHint | None = None) ->
 
     A job that is not queued (unknown, running elsewhere, ended) is skipped. With the
     message's ``hint``, the engine starts on the job while its row is claimed
-    (``workers.early_start``). A later attempt goes on from the text earlier attempts
-    streamed. A failure becomes a failed row and an error event naming the problem, and
-    the worker goes on serving. A cancel or the job's deadline aborts the generation and
-    records why.
+    (``workers.early_start``), unless it did already when the message was received
+    (``workers.received_starts``). A later attempt goes on from the text earlier
+    attempts streamed. A failure becomes a failed row and an error event naming the
+    problem, and the worker goes on serving. A cancel or the job's deadline aborts the
+    generation and records why.
     """
-    early = start_early(runtime, job_id, hint)
+    early = runtime.received.take(job_id) or start_early(runtime, job_id, hint)
     try:
         claimed = claim_job(
             runtime.sessions, job_id, runtime.worker_id, engine_warm=runtime.warm.is_set()

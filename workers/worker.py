@@ -20,7 +20,7 @@ from schemas.db import make_engine, make_sessions
 from schemas.prompt_registry import PromptCatalog
 from schemas.queues import GENERATE_TASK, Priority, Tier, job_message, queue_name, tier_queues
 from schemas.settings import Settings
-from workers.app import LlmqCelery, make_app
+from workers.app import LlmqCelery, make_app, start_on_receipt_of
 from workers.background import BackgroundLoop
 from workers.capacity import SlotGate, SlotShares, install_gate, slot_shares
 from workers.cpu_pinning import pin_off_compute_cores
@@ -215,6 +215,8 @@ def _consume(
     tier_config = runtime.settings.tier(runtime.tier)
     shares = slot_shares(tier_config, concurrency)
     batch_queue = queue_name(runtime.tier, Priority.BATCH)
+    # Before the gate's own receipt hook: the engine request is what a person waits on.
+    start_on_receipt_of(app)
     install_gate(
         app,
         SlotGate(

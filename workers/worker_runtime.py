@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import redis
 from sqlalchemy.orm import Session, sessionmaker
@@ -16,7 +17,11 @@ from workers.deferred_writes import DeferredWrites
 from workers.engine.base import Engine
 from workers.metrics import WorkerMetrics
 from workers.prefix import PrefixCacheStats
+from workers.received_starts import ReceivedStarts
 from workers.running_jobs import RunningJobs
+
+if TYPE_CHECKING:
+    from workers.early_start import EarlyStart
 
 
 @dataclass(frozen=True)
@@ -40,3 +45,5 @@ class WorkerRuntime:
     """Sends a job's message again (a batch job that gave way to interactive work)."""
     deferred: DeferredWrites = field(default_factory=DeferredWrites)
     """A job's end the database refused through every retry, until it takes it."""
+    received: ReceivedStarts[EarlyStart] = field(default_factory=ReceivedStarts)
+    """Engine requests started as their messages arrived, until their tasks take them."""

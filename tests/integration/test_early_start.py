@@ -10,16 +10,18 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from celery.signals import task_received
 
 from producer.client import Client
 from schemas.events import FinalEvent
 from schemas.jobs import JobStatus
 from schemas.messages import MAX_REQUEST_COPY_BYTES
-from schemas.queues import queue_name
+from schemas.queues import GENERATE_TASK, queue_name
 from schemas.settings import Settings
 from tests.integration.test_runner import ScriptedEngine, runtime_for
 from tests.integration.test_submit import queued_messages
-from workers.early_start import JobHint
+from workers.app import make_app, start_on_receipt_of
+from workers.early_start import JobHint, start_on_receipt
 from workers.engine.base import Delta, SamplingOptions
 from workers.job_runner import run_job
 
@@ -134,3 +136,70 @@ def test_a_job_that_is_not_queued_aborts_its_early_start(integration_settings: S
     first, duplicate = engine.request_ids
     assert first != duplicate
     assert duplicate in engine.closed and duplicate not in engine.read
+
+
+def test_a_job_started_on_receipt_is_taken_by_its_task(integration_settings: Settings) -> None:
+    engine = RecordingEngine(["Hi", " there"])
+    runtime = runtime_for(integration_settings, engine)
+    with Client(integration_settings) as client:
+        handle = client.submit("hi")
+        hint = hint_of(integration_settings, handle.job_id)
+        assert hint is not None
+        start_on_receipt(runtime, handle.job_id, hint)
+        (started,) = engine.request_ids
+        assert engine.read == []  # started, and nothing read before the claim
+        run_job(runtime, handle.job_id, hint)
+        assert handle.result(timeout=10).text == "Hi there"
+    assert engine.request_ids == [started] and engine.read == [started]
+    assert len(runtime.received) == 0
+
+
+def test_a_duplicate_started_on_receipt_is_aborted_when_its_claim_fails(
+    integration_settings: Settings,
+) -> None:
+    engine = RecordingEngine(["once"])
+    runtime = runtime_for(integration_settings, engine)
+    with Client(integration_settings) as client:
+        handle = client.submit("hi")
+        hint = hint_of(integration_settings, handle.job_id)
+        assert hint is not None
+        start_on_receipt(runtime, handle.job_id, hint)
+        start_on_receipt(runtime, handle.job_id, hint)  # the same message twice
+        run_job(runtime, handle.job_id, hint)
+        run_job(runtime, handle.job_id, hint)
+        assert handle.result(timeout=5).text == "once"
+    first, duplicate = engine.request_ids
+    assert engine.read == [first]
+    assert duplicate in engine.closed and duplicate not in engine.read
+
+
+class _Received:
+    """What Celery's ``task_received`` signal carries of a message, as its worker sees it."""
+
+    def __init__(self, job_id: str, hint: JobHint | None, *, eta: str | None = None) -> None:
+        self.name = GENERATE_TASK
+        self.eta = eta
+        self.args = [job_id]
+        self.kwargs = {"request": hint.request, "priority": hint.priority} if hint else {}
+
+
+def test_the_worker_starts_an_interactive_job_when_its_message_is_received(
+    integration_settings: Settings,
+) -> None:
+    engine = RecordingEngine(["ok"])
+    app = make_app(integration_settings)
+    app.runtime = runtime_for(integration_settings, engine)
+    stop = start_on_receipt_of(app)
+    try:
+        with Client(integration_settings) as client:
+            handle = client.submit("hi")
+            batch = client.submit("later", priority="batch")
+            hint = hint_of(integration_settings, handle.job_id)
+            task_received.send(sender=None, request=_Received(handle.job_id, hint))
+            task_received.send(sender=None, request=_Received(batch.job_id, None))
+            retry = _Received(handle.job_id, hint, eta="2026-01-01T00:00:00+00:00")
+            task_received.send(sender=None, request=retry)
+    finally:
+        stop()
+    assert len(engine.request_ids) == 1  # the batch job and the retry wait for their tasks
+    assert app.runtime.received.take(handle.job_id) is not None

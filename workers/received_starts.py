@@ -1,0 +1,70 @@
+"""Engine requests started as their job's message is received, until the task takes them.
+
+Between receiving a message and running its task in a job thread, Celery spends about
+half a millisecond (its strategy, the pool's hand-over, the task's tracing). An
+interactive job's engine request is started on receipt instead, on the consumer
+thread (``workers.app.start_on_receipt``); the job's task takes it from here and
+claims the row as ``workers.early_start`` describes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Generic, Protocol, TypeVar
+
+
+class Abortable(Protocol):
+    def abort(self) -> None: ...
+
+
+Started = TypeVar("Started", bound=Abortable)
+
+# A request no task took this long after its message arrived never will be (Celery
+# dropped the message: it expired, say): it is aborted, so it stops holding a slot.
+UNTAKEN_AFTER_S = 30.0
+
+
+class ReceivedStarts(Generic[Started]):
+    """Started requests by job id; a duplicate message of a job has its own entry."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._waiting: dict[str, list[tuple[float, Started]]] = {}
+
+    def put(self, job_id: str, started: Started) -> None:
+        """Keep ``started`` for the task of ``job_id``; abort what no task took."""
+        now = self._clock()
+        with self._lock:
+            self._waiting.setdefault(job_id, []).append((now, started))
+            untaken = self._drop_untaken(now)
+        for request in untaken:
+            request.abort()
+
+    def take(self, job_id: str) -> Started | None:
+        """The request started for ``job_id``'s message, oldest first; None if none."""
+        with self._lock:
+            entries = self._waiting.get(job_id)
+            if not entries:
+                return None
+            _received_at, started = entries.pop(0)
+            if not entries:
+                del self._waiting[job_id]
+            return started
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(entries) for entries in self._waiting.values())
+
+    def _drop_untaken(self, now: float) -> list[Started]:
+        untaken: list[Started] = []
+        for job_id, entries in list(self._waiting.items()):
+            kept = [(at, started) for at, started in entries if now - at < UNTAKEN_AFTER_S]
+            untaken += [started for at, started in entries if now - at >= UNTAKEN_AFTER_S]
+            if kept:
+                self._waiting[job_id] = kept
+            else:
+                del self._waiting[job_id]
+        return untaken
