@@ -3,7 +3,7 @@
 Between receiving a message and running its task in a job thread, Celery spends about
 half a millisecond (its strategy, the pool's hand-over, the task's tracing). An
 interactive job's engine request is started on receipt instead, on the consumer
-thread (``workers.app.start_on_receipt``); the job's task takes it from here and
+thread (``workers.app.start_on_receipt_of``); the job's task takes it from here and
 claims the row as ``workers.early_start`` describes.
 """
 
