@@ -14,7 +14,8 @@ from schemas.queues import GENERATE_TASK, celery_config, kombu_queues
 from schemas.settings import Settings
 from workers.early_start import JobHint, start_on_receipt
 from workers.job_runner import run_job
-from workers.transport import transport_path
+from workers.envelope import JobMessage
+from workers.transport import job_message_received, transport_path
 from workers.worker_runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)
@@ -83,29 +84,22 @@ def _hint(request: Any, priority: Any) -> JobHint | None:
 
 def start_on_receipt_of(app: LlmqCelery) -> Callable[[], None]:
     """Have ``app``'s worker start an interactive job's engine request as soon as its
-    message is received, before Celery hands the task to a job thread
-    (``workers.received_starts``). Returns what undoes it."""
-    from celery.signals import task_received
+    message is read, before Celery builds the job's task (``workers.received_starts``).
+    Returns what undoes it."""
 
-    def on_received(request: Any = None, **_: Any) -> None:
+    def on_received(message: JobMessage | None = None, **_: Any) -> None:
         runtime = app.runtime
         # A retry's message waits for its ETA: its request is started when it runs.
-        if runtime is None or request is None or request.name != GENERATE_TASK or request.eta:
+        if runtime is None or message is None or message.eta:
             return
-        args, kwargs = request.args, request.kwargs
-        job_id = args[0] if isinstance(args, list | tuple) and args else None
-        hint = (
-            _hint(kwargs.get("request"), kwargs.get("priority"))
-            if isinstance(kwargs, dict)
-            else None
-        )
-        if hint is None or not isinstance(job_id, str) or not could_be_job_id(job_id):
+        hint = _hint(message.kwargs.get("request"), message.kwargs.get("priority"))
+        if hint is None:
             return
         try:
-            start_on_receipt(runtime, job_id, hint)
+            start_on_receipt(runtime, message.job_id, hint)
         except Exception:
             # The task starts the job the ordinary way; the consumer must go on reading.
-            log.warning("could not start job %s on receipt", job_id, exc_info=True)
+            log.warning("could not start job %s on receipt", message.job_id, exc_info=True)
 
-    task_received.connect(on_received, weak=False)
-    return lambda: task_received.disconnect(on_received)
+    job_message_received.connect(on_received, weak=False)
+    return lambda: job_message_received.disconnect(on_received)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -111,16 +112,43 @@ def is_job_queue(queue: str) -> bool:
     return True
 
 
-def envelope_problem(message: Any) -> str | None:
-    """None if ``message`` is a well-formed job message; else what is wrong with it."""
+@dataclass(frozen=True)
+class JobMessage:
+    """What a well-formed job message says, as its worker receives it."""
+
+    job_id: str
+    kwargs: dict[str, Any]
+    """Empty, or the copy of the job's request and priority (``schemas.messages``)."""
+    eta: str | None
+    """Set on a retry's message, which waits for it."""
+
+
+class MalformedMessage(ValueError):
+    """A queue entry that is not a job message; its text says what is wrong."""
+
+
+def read_job_message(message: Any) -> JobMessage:
+    """The job a queue entry carries; raises ``MalformedMessage`` naming the problem."""
     try:
         envelope = _Envelope.model_validate(message)
         body = json.loads(base64.b64decode(envelope.body, validate=True))
     except ValidationError as exc:
-        return f"not a job message ({exc.error_count()} problem(s))"
+        raise MalformedMessage(f"not a job message ({exc.error_count()} problem(s))") from None
     except (binascii.Error, ValueError, RecursionError):
-        return "its body is not base64-encoded JSON"
-    return _body_problem(body)
+        raise MalformedMessage("its body is not base64-encoded JSON") from None
+    problem = _body_problem(body)
+    if problem is not None:
+        raise MalformedMessage(problem)
+    return JobMessage(job_id=body[0][0], kwargs=body[1], eta=envelope.headers.eta)
+
+
+def envelope_problem(message: Any) -> str | None:
+    """None if ``message`` is a well-formed job message; else what is wrong with it."""
+    try:
+        read_job_message(message)
+    except MalformedMessage as exc:
+        return str(exc)
+    return None
 
 
 def _body_problem(body: Any) -> str | None:

@@ -34,12 +34,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import redis
+from celery.utils.dispatch import Signal
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from kombu.utils.json import dumps
 
 from schemas.queues import DROPPED_MESSAGES_KEY, KNOWN_WORKERS_KEY, all_queues, held_key
-from workers.envelope import envelope_problem, is_job_queue
+from workers.envelope import MalformedMessage, is_job_queue, read_job_message
 
 log = logging.getLogger(__name__)
 
@@ -175,19 +176,28 @@ class TolerantRedisTransport(kombu_redis.Transport):
 
     def _deliver(self, message: Any, queue: str) -> None:
         # Job queues only: Celery's own control messages (Flower's inspect) pass as they are.
-        problem = envelope_problem(message) if is_job_queue(queue) else None
-        if problem is None:
-            with contextlib.ExitStack() as records:
-                for channel in self.channels:
-                    if isinstance(channel.qos, TolerantQoS):
-                        records.enter_context(channel.qos.records_after())
-                super()._deliver(message, queue)  # type: ignore[no-untyped-call]
-            return
-        # Popped already: dropping it is all that is left, and it must not reach Celery.
-        log.error("dropped a queue entry on %s: %s", queue, problem)
-        for channel in self.channels:
-            channel.client.incr(DROPPED_MESSAGES_KEY)
-            break
+        if is_job_queue(queue):
+            try:
+                job = read_job_message(message)
+            except MalformedMessage as exc:
+                # Popped already: dropping it is all that is left; it must not reach Celery.
+                log.error("dropped a queue entry on %s: %s", queue, exc)
+                for channel in self.channels[:1]:
+                    channel.client.incr(DROPPED_MESSAGES_KEY)
+                return
+            job_message_received.send(sender=self, message=job)
+        with contextlib.ExitStack() as records:
+            for channel in self.channels:
+                if isinstance(channel.qos, TolerantQoS):
+                    records.enter_context(channel.qos.records_after())
+            super()._deliver(message, queue)  # type: ignore[no-untyped-call]
+
+
+job_message_received = Signal(name="job_message_received", providing_args={"message"})
+"""Sent with each well-formed job message (a ``JobMessage``) the moment it is read,
+before Celery builds its task: what a receiver starts here is ahead of Celery's
+strategy, the pool's hand-over and the task's tracing. Receivers run on the worker's
+consumer thread, so they must be quick; an exception in one is logged."""
 
 
 TRANSPORT_PATH = f"{__name__}:TolerantRedisTransport"

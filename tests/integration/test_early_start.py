@@ -4,26 +4,28 @@ the row stays the truth (real Redis and database, a scripted engine)."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from celery.signals import task_received
 
 from producer.client import Client
 from schemas.events import FinalEvent
 from schemas.jobs import JobStatus
 from schemas.messages import MAX_REQUEST_COPY_BYTES
-from schemas.queues import GENERATE_TASK, queue_name
+from schemas.queues import queue_name
 from schemas.settings import Settings
 from tests.integration.test_runner import ScriptedEngine, runtime_for
 from tests.integration.test_submit import queued_messages
 from workers.app import make_app, start_on_receipt_of
+from workers.envelope import JobMessage, read_job_message
 from workers.early_start import JobHint, start_on_receipt
 from workers.engine.base import Delta, SamplingOptions
 from workers.job_runner import run_job
+from workers.transport import job_message_received
 
 pytestmark = pytest.mark.integration
 
@@ -173,17 +175,17 @@ def test_a_duplicate_started_on_receipt_is_aborted_when_its_claim_fails(
     assert duplicate in engine.closed and duplicate not in engine.read
 
 
-class _Received:
-    """What Celery's ``task_received`` signal carries of a message, as its worker sees it."""
+def message_of(settings: Settings, job_id: str) -> JobMessage:
+    """The job's queued message, read as the worker's transport reads it."""
+    for messages in queued_messages(settings).values():
+        for raw in messages:
+            message = read_job_message(raw)
+            if message.job_id == job_id:
+                return message
+    raise AssertionError(f"no message for job {job_id}")
 
-    def __init__(self, job_id: str, hint: JobHint | None, *, eta: str | None = None) -> None:
-        self.name = GENERATE_TASK
-        self.eta = eta
-        self.args = [job_id]
-        self.kwargs = {"request": hint.request, "priority": hint.priority} if hint else {}
 
-
-def test_the_worker_starts_an_interactive_job_when_its_message_is_received(
+def test_the_worker_starts_an_interactive_job_when_its_message_is_read(
     integration_settings: Settings,
 ) -> None:
     engine = RecordingEngine(["ok"])
@@ -194,11 +196,13 @@ def test_the_worker_starts_an_interactive_job_when_its_message_is_received(
         with Client(integration_settings) as client:
             handle = client.submit("hi")
             batch = client.submit("later", priority="batch")
-            hint = hint_of(integration_settings, handle.job_id)
-            task_received.send(sender=None, request=_Received(handle.job_id, hint))
-            task_received.send(sender=None, request=_Received(batch.job_id, None))
-            retry = _Received(handle.job_id, hint, eta="2026-01-01T00:00:00+00:00")
-            task_received.send(sender=None, request=retry)
+            received = message_of(integration_settings, handle.job_id)
+            job_message_received.send(sender=None, message=received)
+            job_message_received.send(
+                sender=None, message=message_of(integration_settings, batch.job_id)
+            )
+            retry = dataclasses.replace(received, eta="2026-01-01T00:00:00+00:00")
+            job_message_received.send(sender=None, message=retry)
     finally:
         stop()
     assert len(engine.request_ids) == 1  # the batch job and the retry wait for their tasks
