@@ -234,6 +234,7 @@ class Client:
 
     def close(self) -> None:
         """Release Redis, broker and database connections."""
+        self._workers.close()
         self._enqueuer.close()
         self._redis.close()
         self._db.dispose()

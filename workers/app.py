@@ -13,8 +13,8 @@ from schemas.jobs import could_be_job_id
 from schemas.queues import GENERATE_TASK, celery_config, kombu_queues
 from schemas.settings import Settings
 from workers.early_start import JobHint, start_on_receipt
-from workers.job_runner import run_job
 from workers.envelope import JobMessage
+from workers.job_runner import run_job
 from workers.transport import job_message_received, transport_path
 from workers.worker_runtime import WorkerRuntime
 

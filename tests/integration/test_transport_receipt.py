@@ -52,7 +52,8 @@ def test_a_job_message_is_announced_before_celery_gets_it_and_before_its_records
     assert message.job_id == handle.job_id
     assert message.eta is None
     assert message.kwargs["priority"] == "interactive"
-    assert message.kwargs["request"]["messages"][-1]["content"] == REQUEST["messages"][-1]["content"]
+    (sent,) = REQUEST["messages"]
+    assert message.kwargs["request"]["messages"] == [sent]
 
 
 def test_a_malformed_entry_is_dropped_unannounced(integration_settings: Settings) -> None:

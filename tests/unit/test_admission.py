@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
-from producer.admission import WorkerDirectory
+from producer.admission import WORKER_STALE_S, WorkerDirectory
 from schemas.errors import NoWarmWorker
 from schemas.queues import Tier
 from schemas.registry import WorkerEntry
@@ -52,3 +55,70 @@ def test_a_restarting_tier_is_served_within_the_grace_only(
     clock[0] += 2
     with pytest.raises(NoWarmWorker):
         directory.require_warm(Tier.SMALL)
+
+
+class CountingRegistry:
+    """Stands in for the registry read: what it holds, and which thread read it."""
+
+    def __init__(self) -> None:
+        self.workers: list[WorkerEntry] = []
+        self.readers: list[str] = []
+
+    def __call__(self, _client: object) -> list[WorkerEntry]:
+        self.readers.append(threading.current_thread().name)
+        return list(self.workers)
+
+
+def test_the_registry_is_re_read_in_the_background_not_on_the_submits_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    registry = CountingRegistry()
+    monkeypatch.setattr("producer.admission.live_workers", registry)
+    monkeypatch.setattr("producer.admission.WORKER_CACHE_S", 0.01)
+    directory = WorkerDirectory(None)  # type: ignore[arg-type]
+    try:
+        assert directory.snapshot() == []  # nothing read yet: read on the caller's path
+        assert registry.readers == [threading.current_thread().name]
+        registry.workers = [worker(Tier.SMALL, warm=True)]
+        deadline = time.monotonic() + 5
+        while directory.snapshot() == [] and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert directory.snapshot() == registry.workers
+        assert set(registry.readers[1:]) == {"llmq-worker-registry"}
+    finally:
+        directory.close()
+
+
+def test_a_snapshot_too_old_is_read_on_the_callers_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    registry = CountingRegistry()
+    monkeypatch.setattr("producer.admission.live_workers", registry)
+    monkeypatch.setattr("producer.admission.WORKER_CACHE_S", 3600.0)  # the reader waits
+    clock = [1000.0]
+    monkeypatch.setattr("producer.admission.time.monotonic", lambda: clock[0])
+    directory = WorkerDirectory(None)  # type: ignore[arg-type]
+    try:
+        directory.snapshot()
+        clock[0] += WORKER_STALE_S - 0.1
+        registry.workers = [worker(Tier.SMALL, warm=True)]
+        assert directory.snapshot() == []  # fresh enough: the background reader's job
+        clock[0] += 0.2
+        assert directory.snapshot() == registry.workers
+        assert registry.readers == [threading.current_thread().name] * 2
+    finally:
+        directory.close()
+
+
+def test_closing_stops_the_background_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    registry = CountingRegistry()
+    monkeypatch.setattr("producer.admission.live_workers", registry)
+    monkeypatch.setattr("producer.admission.WORKER_CACHE_S", 0.01)
+    directory = WorkerDirectory(None)  # type: ignore[arg-type]
+    directory.snapshot()
+    directory.close()
+    time.sleep(0.1)
+    reads = len(registry.readers)
+    time.sleep(0.1)
+    assert len(registry.readers) == reads
+    assert directory._refresher is None  # the thread ended
