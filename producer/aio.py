@@ -10,6 +10,7 @@ import redis.asyncio as aioredis
 from sqlalchemy.orm import Session, sessionmaker
 
 from producer.client import Client, result_from_terminal
+from producer.pubsub_pool import PubSubPool
 from producer.streams import Event, aread_events
 from producer.submission import RequestLike
 from schemas.broker import async_redis_client
@@ -30,6 +31,7 @@ class AsyncClient:
         # thread keeps the event loop free without a second driver stack.
         self._sync = Client(settings)
         self._redis = async_redis_client(settings.broker_url)
+        self._subscriptions = PubSubPool(self._redis)
 
     @classmethod
     def from_env(cls) -> AsyncClient:
@@ -107,11 +109,17 @@ class AsyncClient:
         """A job's stream events from ``from_seq`` on, ending with the terminal event."""
         lookup = partial(self._sync.terminal_event, job_id)
         return aread_events(
-            self._redis, job_id, from_seq=from_seq, timeout=timeout, terminal_lookup=lookup
+            self._redis,
+            job_id,
+            from_seq=from_seq,
+            timeout=timeout,
+            terminal_lookup=lookup,
+            subscriptions=self._subscriptions,
         )
 
     async def aclose(self) -> None:
         """Release connections."""
+        await self._subscriptions.aclose()
         await self._redis.aclose()
         await asyncio.to_thread(self._sync.close)
 

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable, Generator
 import redis
 import redis.asyncio as aioredis
 
+from producer.pubsub_pool import PubSubPool, own_message
 from producer.stream_protocol import Listen, ReadLog, ReadRow, StreamReader
 from schemas.events import AnyEvent, TerminalEvent, error_event
 from schemas.queues import CANCEL_CHANNEL, cancel_key, event_channel, event_log_key
@@ -64,28 +65,32 @@ async def aread_events(
     from_seq: int = 0,
     timeout: float | None = None,
     terminal_lookup: TerminalLookup | None = None,
+    subscriptions: PubSubPool | None = None,
 ) -> AsyncIterator[Event]:
-    """Asyncio twin of :func:`read_events`, with the same guarantees."""
+    """Asyncio twin of :func:`read_events`, with the same guarantees.
+
+    With ``subscriptions``, the pub/sub connection comes from (and goes back to) that
+    pool instead of being opened for this stream.
+    """
     reader = StreamReader(job_id, from_seq=from_seq, timeout=timeout)
     log_key = event_log_key(job_id)
+    channel = event_channel(job_id)
+    pool = subscriptions or PubSubPool(client, keep=0)
     while not reader.finished:
         try:
-            pubsub = client.pubsub()
-            try:
-                await pubsub.subscribe(event_channel(job_id))
+            async with pool.subscribed(channel) as pubsub:
                 while (action := reader.next_action()) is not None:
                     match action:
                         case Listen(timeout=wait):
-                            message = await pubsub.get_message(timeout=wait)
-                            events = reader.receive_message(message)
+                            events = reader.receive_message(
+                                await own_message(pubsub, channel, wait)
+                            )
                         case ReadLog(start=start):
                             events = reader.receive_log(await client.lrange(log_key, start, -1))
                         case ReadRow(seq=seq):
                             events = reader.receive_row(_row(terminal_lookup, seq))
                     for event in events:
                         yield event
-            finally:
-                await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
         except redis.RedisError as exc:
             await asyncio.sleep(reader.connection_lost(exc))
 

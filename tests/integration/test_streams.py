@@ -9,6 +9,7 @@ import time
 import redis
 import redis.asyncio as aioredis
 
+from producer.pubsub_pool import PubSubPool, own_message
 from producer.streams import Event, aread_events, close_stream, read_events
 from schemas.events import ErrorEvent, TokenEvent
 from schemas.queues import event_channel, event_log_key
@@ -117,3 +118,104 @@ def test_sync_and_async_readers_see_the_same_live_stream(integration_settings: S
     from_five = list(read_events(client, "j6", from_seq=5, timeout=5))
     assert [e.seq for e in from_five] == list(range(5, 13))
     assert [e.seq for e in asyncio.run(read_async("j6", 5))] == list(range(5, 13))
+
+
+def test_streams_read_through_a_pool_share_one_connection_and_only_their_own_events(
+    integration_settings: Settings,
+) -> None:
+    url = integration_settings.broker_url
+    client = redis.Redis.from_url(url)
+    words = [f"w{i}" for i in range(5)]
+
+    async def read_three() -> tuple[list[list[str]], list[list[str]], int]:
+        aclient = aioredis.Redis.from_url(url)
+        pool = PubSubPool(aclient)
+        read: list[list[str]] = []
+        connections: list[list[str]] = []
+        try:
+            for job_id in ("p1", "p2", "p3"):
+                writer = publish_slowly(client, job_id, words)
+                read.append(
+                    texts(
+                        [
+                            e
+                            async for e in aread_events(
+                                aclient, job_id, timeout=10, subscriptions=pool
+                            )
+                        ]
+                    )
+                )
+                await asyncio.to_thread(writer.join)
+                # Late news on the stream that just ended: no later stream may take it.
+                client.publish(
+                    event_channel(job_id), TokenEvent(seq=5, text="late").model_dump_json()
+                )
+                connections.append(await _pubsub_connections(client))
+            return read, connections, pool.idle
+        finally:
+            await pool.aclose()
+            await aclient.aclose()
+
+    read, connections, idle = asyncio.run(read_three())
+    assert read == [[*words, "<error>"]] * 3
+    assert len(connections[0]) == 1
+    assert connections == [connections[0]] * 3  # the one connection, reused
+    assert idle == 1
+
+
+def test_a_stream_given_up_mid_way_does_not_leave_its_connection_in_the_pool(
+    integration_settings: Settings,
+) -> None:
+    url = integration_settings.broker_url
+    client = redis.Redis.from_url(url)
+
+    async def read_one_then_stop() -> tuple[str, int]:
+        aclient = aioredis.Redis.from_url(url)
+        pool = PubSubPool(aclient)
+        writer = publish_slowly(client, "p4", ["a", "b", "c"])
+        try:
+            events = aread_events(aclient, "p4", timeout=10, subscriptions=pool)
+            first = await anext(events)
+            await events.aclose()  # its reader went away
+            return texts([first])[0], pool.idle
+        finally:
+            await asyncio.to_thread(writer.join)
+            await pool.aclose()
+            await aclient.aclose()
+
+    assert asyncio.run(read_one_then_stop()) == ("a", 0)
+
+
+async def _pubsub_connections(client: redis.Redis) -> list[str]:
+    """The ids of the connections to this test's database that ever (un)subscribed."""
+    db = str(client.connection_pool.connection_kwargs.get("db", 0))
+    clients = await asyncio.to_thread(client.client_list)
+    return [str(c["id"]) for c in clients if str(c["db"]) == db and "subscribe" in c.get("cmd", "")]
+
+
+def test_a_reused_connection_hands_its_next_stream_nothing_of_the_last_one(
+    integration_settings: Settings,
+) -> None:
+    url = integration_settings.broker_url
+    client = redis.Redis.from_url(url)
+
+    async def two_streams() -> list[tuple[str, str]]:
+        aclient = aioredis.Redis.from_url(url)
+        pool = PubSubPool(aclient)
+        seen: list[tuple[str, str]] = []
+        try:
+            async with pool.subscribed("old") as pubsub:
+                assert (await own_message(pubsub, "old", 1))["type"] == "subscribe"
+                client.publish("old", "unread")  # still on the connection when it goes back
+                await asyncio.sleep(0.05)
+            async with pool.subscribed("new") as pubsub:
+                client.publish("new", "mine")
+                for _ in range(2):
+                    message = await own_message(pubsub, "new", 1)
+                    seen.append((message["type"], str(message["channel"], "utf-8")))
+            return seen
+        finally:
+            await pool.aclose()
+            await aclient.aclose()
+
+    assert asyncio.run(two_streams()) == [("subscribe", "new"), ("message", "new")]

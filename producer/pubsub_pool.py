@@ -1,0 +1,89 @@
+"""Pub/sub connections kept between streams.
+
+redis-py closes a pub/sub object's connection when the object is closed, so a reader
+that opens one per stream pays a TCP connect and Redis's handshake on every stream,
+on the way to its first token, and the server sees a connection come and go per
+request. A stream that ends cleanly here unsubscribes and leaves its connection for
+the next one, which then subscribes with one round trip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+
+PubSub = aioredis.client.PubSub
+
+DEFAULT_KEEP = 32
+"""Idle connections kept at most; one per stream that ran at once is enough."""
+
+
+class PubSubPool:
+    """Hands out pub/sub objects subscribed to one channel; reuses connections.
+
+    One per event loop (it is not thread-safe). A reused connection may still carry the
+    last stream's unsubscribe confirmation, or a message published to its old channel
+    just before: readers take only their own channel's messages (:func:`own_message`).
+    """
+
+    def __init__(self, client: aioredis.Redis, *, keep: int = DEFAULT_KEEP) -> None:
+        self._client = client
+        self._keep = keep
+        self._idle: list[PubSub] = []
+
+    @property
+    def idle(self) -> int:
+        """Connections waiting for a stream."""
+        return len(self._idle)
+
+    @contextlib.asynccontextmanager
+    async def subscribed(self, channel: str) -> AsyncIterator[PubSub]:
+        """A pub/sub object subscribed to ``channel`` (its confirmation still to read).
+
+        Raises ``redis.RedisError`` if Redis cannot be reached. A block that ends with an
+        exception (a lost connection, a cancelled stream) closes the connection: what is
+        left unread on it is unknown.
+        """
+        pubsub = self._idle.pop() if self._idle else self._client.pubsub()
+        try:
+            await pubsub.subscribe(channel)
+            yield pubsub
+        except BaseException:
+            await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
+            raise
+        await self._give_back(pubsub, channel)
+
+    async def aclose(self) -> None:
+        """Close the idle connections."""
+        idle, self._idle = self._idle, []
+        for pubsub in idle:
+            await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
+
+    async def _give_back(self, pubsub: PubSub, channel: str) -> None:
+        if len(self._idle) >= self._keep:
+            await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
+            return
+        try:
+            await pubsub.unsubscribe(channel)
+        except redis.RedisError:
+            await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
+            return
+        self._idle.append(pubsub)
+
+
+async def own_message(pubsub: PubSub, channel: str, timeout: float) -> dict[str, Any] | None:
+    """The next message of ``channel`` (a confirmation or an event), or None after
+    ``timeout`` seconds of silence on it; another channel's leftovers are skipped."""
+    while True:
+        message = await pubsub.get_message(timeout=timeout)
+        if message is None or _channel_of(message) == channel:
+            return message  # type: ignore[no-any-return]
+
+
+def _channel_of(message: dict[str, Any]) -> str:
+    channel = message.get("channel")
+    return channel.decode() if isinstance(channel, bytes) else str(channel)
