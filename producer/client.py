@@ -21,6 +21,7 @@ from producer.jobs import (
     terminal_event_from_row,
 )
 from producer.limits import count_text_tokens, preload_tokenizer, tokenizer_file
+from producer.pubsub_pool import SyncPubSubPool
 from producer.router.route import Router
 from producer.status import QueueDepth, queue_depths
 from producer.streams import Event, close_stream, read_events, request_cancel
@@ -55,6 +56,7 @@ class Client:
         """
         self.settings = settings
         self._redis = redis_client or broker_client(settings.broker_url)
+        self._subscriptions = SyncPubSubPool(self._redis)
         self._db = db_engine or make_engine(settings.database_url)
         self._sessions: sessionmaker[Session] = make_sessions(self._db)
         self._enqueuer = Enqueuer(settings, self._redis)
@@ -225,7 +227,12 @@ class Client:
         """A job's stream events from ``from_seq`` on, ending with the terminal event."""
         lookup = partial(self.terminal_event, job_id)
         return read_events(
-            self._redis, job_id, from_seq=from_seq, timeout=timeout, terminal_lookup=lookup
+            self._redis,
+            job_id,
+            from_seq=from_seq,
+            timeout=timeout,
+            terminal_lookup=lookup,
+            subscriptions=self._subscriptions,
         )
 
     def terminal_event(self, job_id: str, seq: int) -> TerminalEvent | None:
@@ -235,6 +242,7 @@ class Client:
     def close(self) -> None:
         """Release Redis, broker and database connections."""
         self._workers.close()
+        self._subscriptions.close()
         self._enqueuer.close()
         self._redis.close()
         self._db.dispose()

@@ -10,13 +10,15 @@ the next one, which then subscribes with one round trip.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import redis
 import redis.asyncio as aioredis
 
 PubSub = aioredis.client.PubSub
+SyncPubSub = redis.client.PubSub
 
 DEFAULT_KEEP = 32
 """Idle connections kept at most; one per stream that ran at once is enough."""
@@ -73,6 +75,61 @@ class PubSubPool:
             await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
             return
         self._idle.append(pubsub)
+
+
+class SyncPubSubPool:
+    """:class:`PubSubPool` for threads: the same promises, safe to share between them."""
+
+    def __init__(self, client: redis.Redis, *, keep: int = DEFAULT_KEEP) -> None:
+        self._client = client
+        self._keep = keep
+        self._idle: list[SyncPubSub] = []
+        self._lock = threading.Lock()
+
+    @property
+    def idle(self) -> int:
+        """Connections waiting for a stream."""
+        return len(self._idle)
+
+    @contextlib.contextmanager
+    def subscribed(self, channel: str) -> Iterator[SyncPubSub]:
+        """See :meth:`PubSubPool.subscribed`."""
+        with self._lock:
+            pubsub = self._idle.pop() if self._idle else self._client.pubsub()
+        try:
+            pubsub.subscribe(channel)
+            yield pubsub
+        except BaseException:
+            pubsub.close()
+            raise
+        self._give_back(pubsub, channel)
+
+    def close(self) -> None:
+        """Close the idle connections."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for pubsub in idle:
+            pubsub.close()
+
+    def _give_back(self, pubsub: SyncPubSub, channel: str) -> None:
+        try:
+            pubsub.unsubscribe(channel)  # type: ignore[no-untyped-call, unused-ignore]
+        except redis.RedisError:
+            pubsub.close()
+            return
+        with self._lock:
+            if len(self._idle) < self._keep:
+                self._idle.append(pubsub)
+                return
+        pubsub.close()
+
+
+def own_sync_message(pubsub: SyncPubSub, channel: str, timeout: float) -> dict[str, Any] | None:
+    """:func:`own_message` for a :class:`SyncPubSubPool`'s connections."""
+    while True:
+        message = pubsub.get_message(timeout=timeout)
+        if message is None or _channel_of(message) == channel:
+            return message  # type: ignore[no-any-return]
 
 
 async def own_message(pubsub: PubSub, channel: str, timeout: float) -> dict[str, Any] | None:

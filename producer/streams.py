@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable, Generator
 import redis
 import redis.asyncio as aioredis
 
-from producer.pubsub_pool import PubSubPool, own_message
+from producer.pubsub_pool import PubSubPool, SyncPubSubPool, own_message, own_sync_message
 from producer.stream_protocol import Listen, ReadLog, ReadRow, StreamReader
 from schemas.events import AnyEvent, TerminalEvent, error_event
 from schemas.queues import CANCEL_CHANNEL, cancel_key, event_channel, event_log_key
@@ -32,24 +32,28 @@ def read_events(
     from_seq: int = 0,
     timeout: float | None = None,
     terminal_lookup: TerminalLookup | None = None,
+    subscriptions: SyncPubSubPool | None = None,
 ) -> Generator[Event, None, None]:
     """Yield a job's events from ``from_seq`` to the terminal one.
 
     A lost Redis connection is re-opened and reading goes on from the next sequence
     number, so a Redis restart costs the reader nothing. Raises ``JobTimeout`` after
     ``timeout`` seconds, ``BrokerUnavailable`` if Redis stays away
-    ``stream_protocol.RECONNECT_BUDGET_S``.
+    ``stream_protocol.RECONNECT_BUDGET_S``. With ``subscriptions``, the pub/sub
+    connection comes from (and goes back to) that pool.
     """
     reader = StreamReader(job_id, from_seq=from_seq, timeout=timeout)
     log_key = event_log_key(job_id)
+    channel = event_channel(job_id)
+    pool = subscriptions or SyncPubSubPool(client, keep=0)
     while not reader.finished:
         try:
-            with client.pubsub() as pubsub:  # type: ignore[no-untyped-call, unused-ignore]
-                pubsub.subscribe(event_channel(job_id))
+            with pool.subscribed(channel) as pubsub:
                 while (action := reader.next_action()) is not None:
                     match action:
                         case Listen(timeout=wait):
-                            yield from reader.receive_message(pubsub.get_message(timeout=wait))
+                            message = own_sync_message(pubsub, channel, wait)
+                            yield from reader.receive_message(message)
                         case ReadLog(start=start):
                             yield from reader.receive_log(client.lrange(log_key, start, -1))
                         case ReadRow(seq=seq):

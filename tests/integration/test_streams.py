@@ -9,7 +9,7 @@ import time
 import redis
 import redis.asyncio as aioredis
 
-from producer.pubsub_pool import PubSubPool, own_message
+from producer.pubsub_pool import PubSubPool, SyncPubSubPool, own_message
 from producer.streams import Event, aread_events, close_stream, read_events
 from schemas.events import ErrorEvent, TokenEvent
 from schemas.queues import event_channel, event_log_key
@@ -219,3 +219,32 @@ def test_a_reused_connection_hands_its_next_stream_nothing_of_the_last_one(
             await aclient.aclose()
 
     assert asyncio.run(two_streams()) == [("subscribe", "new"), ("message", "new")]
+
+
+def test_sync_streams_read_through_a_pool_share_one_connection(
+    integration_settings: Settings,
+) -> None:
+    client = redis.Redis.from_url(integration_settings.broker_url)
+    pool = SyncPubSubPool(client)
+    words = ["a", "b", "c"]
+    read: list[list[str]] = []
+    connections: list[list[str]] = []
+    try:
+        for job_id in ("s1", "s2", "s3"):
+            writer = publish_slowly(client, job_id, words)
+            read.append(texts(list(read_events(client, job_id, timeout=10, subscriptions=pool))))
+            writer.join()
+            connections.append(asyncio.run(_pubsub_connections(client)))
+        stopped = read_events(client, "s4", timeout=10, subscriptions=pool)
+        writer = publish_slowly(client, "s4", words)
+        assert texts([next(stopped)]) == ["a"]
+        kept = pool.idle
+        stopped.close()  # its reader went away mid-way: that connection is not kept
+        writer.join()
+        kept_after_stop = pool.idle
+    finally:
+        pool.close()
+    assert read == [[*words, "<error>"]] * 3
+    assert len(connections[0]) == 1
+    assert connections == [connections[0]] * 3
+    assert (kept, kept_after_stop) == (0, 0)
