@@ -1,9 +1,10 @@
-"""Engine requests started as their job's message is received, until the task takes them.
+"""Engine requests started as their job's message is read, until the task takes them.
 
-Between receiving a message and running its task in a job thread, Celery spends about
-half a millisecond (its strategy, the pool's hand-over, the task's tracing). An
-interactive job's engine request is started on receipt instead, on the consumer
-thread (``workers.app.start_on_receipt_of``); the job's task takes it from here and
+Between reading a message and running its task in a job thread, Celery spends about a
+millisecond (building its request, its strategy, the pool's hand-over, the task's
+tracing). An interactive job's engine request is started the moment the transport
+reads the message instead, on the consumer thread (``workers.app.start_on_receipt_of``,
+on ``workers.transport.job_message_received``); the job's task takes it from here and
 claims the row as ``workers.early_start`` describes.
 """
 
