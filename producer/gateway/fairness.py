@@ -160,9 +160,13 @@ class KeyFairness:
         lease = secrets.token_hex(8)
         set_key = open_streams_key(key_id)
         try:
-            take = client.register_script(_TAKE_STREAM)  # sent by its hash once loaded
-            taken = await take(
-                keys=[set_key], args=[int(self.stream_lease_s * 1000), lease, self.max_open_streams]
+            taken = await client.eval(
+                _TAKE_STREAM,
+                1,
+                set_key,
+                int(self.stream_lease_s * 1000),
+                lease,
+                self.max_open_streams,
             )
         except RedisError as exc:
             raise BrokerUnavailable("Redis is unreachable; the request was not served") from exc

@@ -19,43 +19,26 @@ from schemas.queues import auth_failure_key, rate_limit_key
 
 WINDOW_S = 60
 
-# One window: trims what fell out of it, counts the rest, and in mode "hit" counts one
-# event if under the limit, in "check" nothing, in "record" one regardless. Returns 0
-# when allowed, else milliseconds until the oldest event leaves.
-_WINDOW_FUNCTION = """
+# KEYS[1]: the event log. ARGV: window in ms, limit, mode ("hit": count one event if
+# under the limit; "check": count nothing; "record": count one event regardless), a
+# unique member. Returns 0 when allowed, else milliseconds until the oldest event leaves.
+_SLIDING_WINDOW = """
 local now_parts = redis.call('TIME')
 local now = tonumber(now_parts[1]) * 1000 + math.floor(tonumber(now_parts[2]) / 1000)
-local function window(key, window_ms, limit, mode, member)
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window_ms)
-    local count = redis.call('ZCARD', key)
-    if mode == 'record' or (mode == 'hit' and count < limit) then
-        redis.call('ZADD', key, now, member)
-        redis.call('PEXPIRE', key, window_ms)
-        return 0
-    end
-    if count < limit then return 0 end
-    local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-    return math.max(1, tonumber(oldest[2]) + window_ms - now)
+local window = tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
+local mode = ARGV[3]
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+local count = redis.call('ZCARD', KEYS[1])
+if mode == 'record' or (mode == 'hit' and count < limit) then
+    redis.call('ZADD', KEYS[1], now, ARGV[4])
+    redis.call('PEXPIRE', KEYS[1], window)
+    return 0
 end
+if count < limit then return 0 end
+local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+return math.max(1, tonumber(oldest[2]) + window - now)
 """
-
-# KEYS[1]: the event log. ARGV: window in ms, limit, mode, a unique member.
-_SLIDING_WINDOW = (
-    _WINDOW_FUNCTION
-    + "return window(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4])"
-)
-
-# KEYS: an address's failed logins, a key's requests. ARGV: window in ms, the failed
-# logins allowed, the requests allowed, a unique member. Checks the first, counts one
-# request on the second: {ms the address waits, ms the key waits}.
-_KNOWN_KEY = (
-    _WINDOW_FUNCTION
-    + """
-local window_ms = tonumber(ARGV[1])
-local blocked = window(KEYS[1], window_ms, tonumber(ARGV[2]), 'check', ARGV[4])
-return {blocked, window(KEYS[2], window_ms, tonumber(ARGV[3]), 'hit', ARGV[4])}
-"""
-)
 
 
 async def sliding_window(
@@ -66,9 +49,10 @@ async def sliding_window(
     ``mode``: "hit" counts one event if under ``limit`` (a refused one is not counted);
     "check" counts nothing; "record" counts one event regardless of the limit.
     """
-    script = client.register_script(_SLIDING_WINDOW)
     try:
-        waited = await script(keys=[key], args=[window_ms, limit, mode, secrets.token_hex(8)])
+        waited = await client.eval(
+            _SLIDING_WINDOW, 1, key, window_ms, limit, mode, secrets.token_hex(8)
+        )
     except RedisError as exc:
         raise BrokerUnavailable("Redis is unreachable; the request was not served") from exc
     millis = int(waited)
@@ -111,19 +95,30 @@ async def known_key_limits(
     key_id: str,
     requests_per_min: int,
 ) -> tuple[int | None, int | None]:
-    """:func:`auth_blocked` and :func:`over_limit` in one script (one round trip), for a
-    key already known to be valid (the common case: it sits on every request's
-    first-token path)."""
-    script = client.register_script(_KNOWN_KEY)
-    keys = [auth_failure_key(address), rate_limit_key(key_id)]
-    args: list[int | str] = [
-        WINDOW_S * 1000,
+    """:func:`auth_blocked` and :func:`over_limit` in one round trip, for a key already
+    known to be valid (the common case: it sits on every request's first-token path)."""
+    window_ms = WINDOW_S * 1000
+    pipe = client.pipeline(transaction=False)
+    pipe.eval(
+        _SLIDING_WINDOW,
+        1,
+        auth_failure_key(address),
+        window_ms,
         auth_failures_per_min,
-        requests_per_min,
+        "check",
         secrets.token_hex(8),
-    ]
+    )
+    pipe.eval(
+        _SLIDING_WINDOW,
+        1,
+        rate_limit_key(key_id),
+        window_ms,
+        requests_per_min,
+        "hit",
+        secrets.token_hex(8),
+    )
     try:
-        blocked, waited = await script(keys=keys, args=args)
+        blocked, waited = await pipe.execute()
     except RedisError as exc:
         raise BrokerUnavailable("Redis is unreachable; the request was not served") from exc
     return _seconds(int(blocked)), _seconds(int(waited))
