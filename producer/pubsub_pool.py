@@ -112,12 +112,15 @@ class SyncPubSubPool:
             pubsub.close()
 
     def _give_back(self, pubsub: SyncPubSub, channel: str) -> None:
+        if len(self._idle) >= self._keep:  # no room (a reader without a pool: keep=0)
+            pubsub.close()
+            return
         try:
             pubsub.unsubscribe(channel)  # type: ignore[no-untyped-call, unused-ignore]
         except redis.RedisError:
             pubsub.close()
             return
-        with self._lock:
+        with self._lock:  # another stream may have taken the last place meanwhile
             if len(self._idle) < self._keep:
                 self._idle.append(pubsub)
                 return
