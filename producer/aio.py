@@ -6,18 +6,20 @@ import asyncio
 from collections.abc import AsyncIterator
 from functools import partial
 
+import redis
 import redis.asyncio as aioredis
 from sqlalchemy.orm import Session, sessionmaker
 
 from producer.client import Client, result_from_terminal
-from producer.pubsub_pool import PubSubPool
+from producer.jobs import new_job_id
+from producer.pubsub_pool import PubSub, PubSubPool
 from producer.streams import Event, aread_events
 from producer.submission import RequestLike
 from schemas.broker import async_redis_client
 from schemas.errors import job_ended
 from schemas.events import ErrorEvent, TerminalEvent, TokenEvent, is_terminal
 from schemas.jobs import JobResult, JobStatus
-from schemas.queues import Priority, Tier
+from schemas.queues import Priority, Tier, event_channel
 from schemas.settings import Settings
 from schemas.tables import Job
 
@@ -49,22 +51,53 @@ class AsyncClient:
         require_warm_worker: bool = False,
         deadline_s: float | None = None,
         conversation_id: str | None = None,
+        subscribe: bool = False,
     ) -> AsyncJobHandle:
-        """See :meth:`producer.client.Client.submit`."""
-        handle = await asyncio.to_thread(
-            partial(
-                self._sync.submit,
-                request,
-                tier=tier,
-                priority=priority,
-                idempotency_key=idempotency_key,
-                owner=owner,
-                require_warm_worker=require_warm_worker,
-                deadline_s=deadline_s,
-                conversation_id=conversation_id,
+        """See :meth:`producer.client.Client.submit`.
+
+        With ``subscribe`` the job's stream is subscribed to before the job is recorded,
+        so Redis confirms it while the row is written, not on the way to the first token;
+        the handle's first :meth:`AsyncJobHandle.events` uses that subscription. Read the
+        handle's events or ``aclose`` it, or the subscription is held until the handle
+        is collected.
+        """
+        job_id = new_job_id()
+        taken = await self._take(event_channel(job_id)) if subscribe else None
+        try:
+            handle = await asyncio.to_thread(
+                partial(
+                    self._sync.submit,
+                    request,
+                    tier=tier,
+                    priority=priority,
+                    idempotency_key=idempotency_key,
+                    owner=owner,
+                    require_warm_worker=require_warm_worker,
+                    deadline_s=deadline_s,
+                    conversation_id=conversation_id,
+                    job_id=job_id,
+                )
             )
-        )
-        return AsyncJobHandle(self, handle.job_id, handle.tier, handle.priority)
+        except BaseException:
+            if taken is not None:
+                await self._subscriptions.give_back(taken, event_channel(job_id))
+            raise
+        if taken is not None and handle.job_id != job_id:  # an idempotent replay
+            await self._subscriptions.give_back(taken, event_channel(job_id))
+            taken = None
+        return AsyncJobHandle(self, handle.job_id, handle.tier, handle.priority, taken=taken)
+
+    async def _take(self, channel: str) -> PubSub | None:
+        """A subscription sent ahead; None when Redis fails (the stream subscribes later
+        and reports it then)."""
+        try:
+            return await self._subscriptions.take(channel)
+        except redis.RedisError:
+            return None
+
+    async def give_back(self, taken: PubSub, job_id: str) -> None:
+        """Return a subscription to ``job_id``'s stream that will not be read."""
+        await self._subscriptions.give_back(taken, event_channel(job_id))
 
     @property
     def sync(self) -> Client:
@@ -104,9 +137,15 @@ class AsyncClient:
         return await asyncio.to_thread(self._sync.status, job_id)
 
     def events(
-        self, job_id: str, *, from_seq: int = 0, timeout: float | None = None
+        self,
+        job_id: str,
+        *,
+        from_seq: int = 0,
+        timeout: float | None = None,
+        taken: PubSub | None = None,
     ) -> AsyncIterator[Event]:
-        """A job's stream events from ``from_seq`` on, ending with the terminal event."""
+        """A job's stream events from ``from_seq`` on, ending with the terminal event;
+        ``taken``: a subscription to its stream already sent (see ``submit``)."""
         lookup = partial(self._sync.terminal_event, job_id)
         return aread_events(
             self._redis,
@@ -115,6 +154,7 @@ class AsyncClient:
             timeout=timeout,
             terminal_lookup=lookup,
             subscriptions=self._subscriptions,
+            taken=taken,
         )
 
     async def aclose(self) -> None:
@@ -133,21 +173,38 @@ class AsyncClient:
 class AsyncJobHandle:
     """One submitted job, for asyncio code."""
 
-    def __init__(self, client: AsyncClient, job_id: str, tier: Tier, priority: Priority) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        job_id: str,
+        tier: Tier,
+        priority: Priority,
+        *,
+        taken: PubSub | None = None,
+    ) -> None:
         self.client = client
         self.job_id = job_id
         self.tier = tier
         self.priority = priority
         self._terminal: TerminalEvent | None = None
+        self._taken = taken
 
     async def events(
         self, *, from_seq: int = 0, timeout: float | None = None
     ) -> AsyncIterator[Event]:
         """Every stream event from ``from_seq``, in order, each exactly once."""
-        async for event in self.client.events(self.job_id, from_seq=from_seq, timeout=timeout):
+        taken, self._taken = self._taken, None
+        events = self.client.events(self.job_id, from_seq=from_seq, timeout=timeout, taken=taken)
+        async for event in events:
             if is_terminal(event):
                 self._terminal = event
             yield event
+
+    async def aclose(self) -> None:
+        """Give back the subscription ``submit`` sent ahead, if no read took it."""
+        taken, self._taken = self._taken, None
+        if taken is not None:
+            await self.client.give_back(taken, self.job_id)
 
     async def stream(self, *, timeout: float | None = None) -> AsyncIterator[str]:
         """Yield text chunks as they are generated; raises ``JobFailed`` on a job error."""

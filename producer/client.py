@@ -84,6 +84,7 @@ class Client:
         require_warm_worker: bool = False,
         deadline_s: float | None = None,
         conversation_id: str | None = None,
+        job_id: str | None = None,
     ) -> JobHandle:
         """Validate, route, record and enqueue ``request``; return at once with a handle.
 
@@ -102,7 +103,9 @@ class Client:
         failed, the reason on its row and stream). With
         ``conversation_id`` the finished job's new turns (its user messages and the
         answer) are kept in that conversation of ``owner``, for the nightly summaries.
-        Raises
+        ``job_id`` (made by ``producer.jobs.new_job_id``) is the id a new job gets, so a
+        caller can subscribe to its stream first; an idempotent replay returns the
+        existing job, whose id differs. Raises
         ``InvalidRequest``, ``PromptTooLong``, ``IdempotencyConflict``, ``QueueFull``,
         ``NoWarmWorker``, ``BrokerUnavailable`` or ``DatabaseUnavailable``.
         """
@@ -132,6 +135,7 @@ class Client:
             priority=submission.options.priority,
             idempotency_key=submission.options.idempotency_key,
             deadline_s=submission.options.deadline_s,
+            job_id=job_id,
         )
         if created:
             try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import cast
 
@@ -11,7 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from schemas.boundary import DATABASE_ERRORS, database_boundary, database_error
 from schemas.db_clock import db_now
-from schemas.errors import IdempotencyConflict, JobNotFound
+from schemas.errors import IdempotencyConflict, InvalidRequest, JobNotFound
 from schemas.events import FinalEvent, TerminalEvent, Timings, Usage, error_event
 from schemas.jobs import CANCELLED_MESSAGE, JobStatus, could_be_job_id
 from schemas.queues import Priority
@@ -26,6 +27,18 @@ def new_job_id() -> str:
     return uuid.uuid4().hex
 
 
+def _fresh_id(job_id: str | None) -> str:
+    """``job_id`` if it has :func:`new_job_id`'s form, a new id if None."""
+    if job_id is None:
+        return new_job_id()
+    if not _JOB_ID_FORM.fullmatch(job_id):
+        raise InvalidRequest("a job id given to submit must come from new_job_id()")
+    return job_id
+
+
+_JOB_ID_FORM = re.compile(r"[0-9a-f]{32}")
+
+
 def insert_job(
     sessions: sessionmaker[Session],
     *,
@@ -36,16 +49,18 @@ def insert_job(
     owner: str | None = None,
     deadline_s: float | None = None,
     request_hash: str | None = None,
+    job_id: str | None = None,
 ) -> tuple[Job, bool]:
     """Write a queued job row; return it and whether it is new.
 
     Idempotency keys belong to the owner (None is one owner of its own). With a key the
     same owner already used for the same request (same ``request_hash``), that job is
     returned instead; for a different request ``IdempotencyConflict`` is raised. Raises
-    ``DatabaseUnavailable`` if the database refuses.
+    ``DatabaseUnavailable`` if the database refuses. A new job gets ``job_id`` (from
+    :func:`new_job_id`) or a fresh id.
     """
     job = Job(
-        id=new_job_id(),
+        id=_fresh_id(job_id),
         idempotency_key=idempotency_key,
         idempotency_scope=owner or "",
         request_hash=request_hash,

@@ -42,22 +42,40 @@ class PubSubPool:
         """Connections waiting for a stream."""
         return len(self._idle)
 
+    async def take(self, channel: str) -> PubSub:
+        """A pub/sub object with ``channel``'s SUBSCRIBE sent, its confirmation unread;
+        hand it to :meth:`subscribed` or :meth:`give_back`.
+
+        On a kept connection this only writes the command: a caller can subscribe to a
+        stream before the job that will publish on it exists, and do that work while
+        Redis answers. Raises ``redis.RedisError`` if Redis cannot be reached.
+        """
+        pubsub = self._idle.pop() if self._idle else self._client.pubsub()
+        try:
+            await pubsub.subscribe(channel)
+        except BaseException:
+            await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
+            raise
+        return pubsub
+
     @contextlib.asynccontextmanager
-    async def subscribed(self, channel: str) -> AsyncIterator[PubSub]:
-        """A pub/sub object subscribed to ``channel`` (its confirmation still to read).
+    async def subscribed(
+        self, channel: str, *, taken: PubSub | None = None
+    ) -> AsyncIterator[PubSub]:
+        """A pub/sub object subscribed to ``channel`` (its confirmation still to read):
+        ``taken`` (from :meth:`take` for this channel) or a new subscription.
 
         Raises ``redis.RedisError`` if Redis cannot be reached. A block that ends with an
         exception (a lost connection, a cancelled stream) closes the connection: what is
         left unread on it is unknown.
         """
-        pubsub = self._idle.pop() if self._idle else self._client.pubsub()
+        pubsub = taken if taken is not None else await self.take(channel)
         try:
-            await pubsub.subscribe(channel)
             yield pubsub
         except BaseException:
             await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
             raise
-        await self._give_back(pubsub, channel)
+        await self.give_back(pubsub, channel)
 
     async def aclose(self) -> None:
         """Close the idle connections."""
@@ -65,7 +83,9 @@ class PubSubPool:
         for pubsub in idle:
             await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
 
-    async def _give_back(self, pubsub: PubSub, channel: str) -> None:
+    async def give_back(self, pubsub: PubSub, channel: str) -> None:
+        """Unsubscribe ``pubsub`` from ``channel`` and keep it for the next stream (or
+        close it when the pool is full or Redis fails)."""
         if len(self._idle) >= self._keep:
             await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
             return

@@ -15,7 +15,13 @@ from collections.abc import AsyncIterator, Callable, Generator
 import redis
 import redis.asyncio as aioredis
 
-from producer.pubsub_pool import PubSubPool, SyncPubSubPool, own_message, own_sync_message
+from producer.pubsub_pool import (
+    PubSub,
+    PubSubPool,
+    SyncPubSubPool,
+    own_message,
+    own_sync_message,
+)
 from producer.stream_protocol import Listen, ReadLog, ReadRow, StreamReader
 from schemas.events import AnyEvent, TerminalEvent, error_event
 from schemas.queues import CANCEL_CHANNEL, cancel_key, event_channel, event_log_key
@@ -70,11 +76,13 @@ async def aread_events(
     timeout: float | None = None,
     terminal_lookup: TerminalLookup | None = None,
     subscriptions: PubSubPool | None = None,
+    taken: PubSub | None = None,
 ) -> AsyncIterator[Event]:
     """Asyncio twin of :func:`read_events`, with the same guarantees.
 
     With ``subscriptions``, the pub/sub connection comes from (and goes back to) that
-    pool instead of being opened for this stream.
+    pool instead of being opened for this stream. ``taken`` is a subscription to the
+    job's channel already sent (``PubSubPool.take``), used for the first connection.
     """
     reader = StreamReader(job_id, from_seq=from_seq, timeout=timeout)
     log_key = event_log_key(job_id)
@@ -82,7 +90,8 @@ async def aread_events(
     pool = subscriptions or PubSubPool(client, keep=0)
     while not reader.finished:
         try:
-            async with pool.subscribed(channel) as pubsub:
+            async with pool.subscribed(channel, taken=taken) as pubsub:
+                taken = None  # a reconnect subscribes afresh
                 while (action := reader.next_action()) is not None:
                     match action:
                         case Listen(timeout=wait):

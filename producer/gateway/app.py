@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -250,12 +251,15 @@ class Gateway:
                 started=started,
                 timeout=RESULT_TIMEOUT_S,
             )
-            if release is not None:
-                return ReleasingStreamingResponse(
-                    events, release=release, media_type="text/event-stream"
-                )
-            return StreamingResponse(events, media_type="text/event-stream")
-        result = await handle.result(timeout=RESULT_TIMEOUT_S)
+            return ReleasingStreamingResponse(
+                events,
+                release=partial(_after_stream, handle, release),
+                media_type="text/event-stream",
+            )
+        try:
+            result = await handle.result(timeout=RESULT_TIMEOUT_S)
+        finally:
+            await handle.aclose()
         self.metrics.requests.labels(body.model, "200").inc()
         return JSONResponse(
             oai.completion(
@@ -282,7 +286,21 @@ class Gateway:
             conversation_id=conversation_of(body, request),
             # A person is waiting: refuse now rather than queue behind no worker.
             require_warm_worker=priority == Priority.INTERACTIVE,
+            # The answer is read at once: its subscription is confirmed while the job
+            # is recorded instead of after, on the way to the first token.
+            subscribe=True,
         )
+
+
+async def _after_stream(
+    handle: AsyncJobHandle, release_slot: Callable[[], Awaitable[None]] | None
+) -> None:
+    """However a stream ends (even before its first read), give back what it held."""
+    try:
+        await handle.aclose()
+    finally:
+        if release_slot is not None:
+            await release_slot()
 
 
 def create_app(

@@ -211,6 +211,26 @@ def test_the_async_client_streams_the_same_events(integration_settings: Settings
     assert text == "async"
 
 
+def test_a_stream_subscribed_at_submit_gets_every_token_live(
+    integration_settings: Settings,
+) -> None:
+    """Subscribed before the job existed, the reader has each token from pub/sub even
+    with the replay log gone; a reader that subscribed after the job ran would find
+    only the row's final text."""
+    engine = ScriptedEngine(["sub", "scribed"])
+    runtime = runtime_for(integration_settings, engine)
+    broker = redis.Redis.from_url(integration_settings.broker_url)
+
+    async def scenario() -> list[str]:
+        async with AsyncClient(integration_settings) as client:
+            handle = await client.submit("hi", tier="small", subscribe=True)
+            await asyncio.to_thread(run_job, runtime, handle.job_id)
+            broker.delete(event_log_key(handle.job_id))
+            return [chunk async for chunk in handle.stream(timeout=10)]
+
+    assert asyncio.run(scenario()) == ["sub", "scribed"]
+
+
 def test_the_registered_system_prompt_comes_first_byte_for_byte(
     integration_settings: Settings,
 ) -> None:

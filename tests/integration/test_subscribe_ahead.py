@@ -1,0 +1,70 @@
+"""Subscribing to a job's stream at submit: what happens to the subscription when the
+job is not a new one, the submit fails, or nobody reads the stream."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis
+
+from producer.aio import AsyncClient
+from producer.client import Client
+from schemas.errors import InvalidRequest
+from schemas.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+
+def stream_channels(settings: Settings) -> list[bytes]:
+    """The job stream channels someone is subscribed to now."""
+    broker = redis.Redis.from_url(settings.broker_url)
+    return list(broker.pubsub_channels("llmq:job:*:events"))
+
+
+def test_a_replayed_idempotency_key_gives_its_subscription_back(
+    integration_settings: Settings,
+) -> None:
+    async def scenario() -> tuple[bool, list[bytes], list[bytes]]:
+        async with AsyncClient(integration_settings) as client:
+            first = await client.submit("hi", idempotency_key="k1", subscribe=True)
+            again = await client.submit("hi", idempotency_key="k1", subscribe=True)
+            while_held = stream_channels(integration_settings)
+            await first.aclose()
+            after = stream_channels(integration_settings)
+            return first.job_id == again.job_id, while_held, after
+
+    same, while_held, after = asyncio.run(scenario())
+    assert same
+    assert len(while_held) == 1  # the first submit's; the replay's went back
+    assert after == []
+
+
+def test_a_refused_submit_leaves_no_subscription(integration_settings: Settings) -> None:
+    async def scenario() -> list[bytes]:
+        async with AsyncClient(integration_settings) as client:
+            with pytest.raises(InvalidRequest):
+                await client.submit({"messages": []}, subscribe=True)
+            return stream_channels(integration_settings)
+
+    assert asyncio.run(scenario()) == []
+
+
+def test_a_stream_never_read_is_unsubscribed_when_its_handle_is_closed(
+    integration_settings: Settings,
+) -> None:
+    async def scenario() -> tuple[int, list[bytes]]:
+        async with AsyncClient(integration_settings) as client:
+            handle = await client.submit("hi", subscribe=True)
+            held = len(stream_channels(integration_settings))
+            events = handle.events(timeout=1)  # created, never iterated
+            await handle.aclose()
+            del events
+            return held, stream_channels(integration_settings)
+
+    assert asyncio.run(scenario()) == (1, [])
+
+
+def test_a_job_id_not_made_by_new_job_id_is_refused(integration_settings: Settings) -> None:
+    with Client(integration_settings) as client, pytest.raises(InvalidRequest):
+        client.submit("hi", job_id="another-tenants-job")
