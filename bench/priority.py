@@ -16,12 +16,13 @@ from bench.harness import (
     counted,
     median,
     percentile,
-    queued_ttft_ms,
+    queued_sample,
+    request_fields,
     rounded,
     step,
 )
 from producer.client import Client
-from schemas.jobs import JobStatus
+from schemas.jobs import JobResult, JobStatus
 from schemas.queues import Priority, Tier
 from schemas.settings import Settings
 from schemas.tables import Job, utcnow
@@ -52,7 +53,7 @@ def run_priority(
         raise ValueError(f"a p99 needs at least {MIN_P99_SAMPLES} samples, not {samples}")
     shares = slot_shares(settings.tier(tier), concurrency)
     with bench_rig(settings, tier, concurrency=concurrency, prefill_prompts=False) as rig:
-        idle = _interactive_samples(
+        idle, idle_steps = _interactive_samples(
             rig, samples, max_tokens, warmup=PAIRED_WARMUP_ROUNDS, label="idle worker"
         )
         backlog = [
@@ -64,7 +65,7 @@ def run_priority(
         with step(f"waiting for the worker to fill its {shares.batch_max} batch slots"):
             _wait_until_batch_fills(rig.client, shares.batch_max)
         started = utcnow()
-        loaded = _interactive_samples(
+        loaded, _loaded_steps = _interactive_samples(
             rig, samples, max_tokens, warmup=0, label="worker busy with the flood"
         )
         batch_during = _batch_done_since(rig.client, started)
@@ -72,6 +73,7 @@ def run_priority(
         for handle in backlog:  # the rest is not part of the figure
             handle.cancel()
     idle_p99, loaded_p99 = percentile(idle, 99), percentile(loaded, 99)
+    step_ms = median(idle_steps) if idle_steps else None
     return {
         "bench": "priority",
         "tier": tier.value,
@@ -86,6 +88,10 @@ def run_priority(
         "idle_ttft_p99_ms": rounded(idle_p99),
         "loaded_ttft_p99_ms": rounded(loaded_p99),
         "ratio": rounded(loaded_p99 / idle_p99),
+        "idle_step_ms_p50": None if step_ms is None else rounded(step_ms),
+        "one_step_wait_ratio_model": (
+            None if step_ms is None else rounded(one_step_wait_ratio(idle, step_ms))
+        ),
         "batch_completed_during": batch_during,
         "batch_still_queued_after": queued_after,
     }
@@ -99,17 +105,43 @@ def _batch_request(index: int, max_tokens: int) -> dict[str, object]:
     }
 
 
+def one_step_wait_ratio(idle_ttft_ms: list[float], step_ms: float) -> float:
+    """A model, not a measurement: the loaded/idle p99 ratio if running batch work cost
+    an interactive request nothing but the wait for the engine step in progress.
+
+    The engine cannot stop a step: a request that arrives while a batch sequence's step
+    runs waits out what is left of it, anything from nothing to one whole step. Of 100
+    arrivals at random moments the second-longest wait (a p99 of 100) is about 0.98 of
+    a step, so the loaded p99 is about the idle median plus that.
+    """
+    return (median(idle_ttft_ms) + 0.98 * step_ms) / percentile(idle_ttft_ms, 99)
+
+
+def decode_step_ms(result: JobResult) -> float | None:
+    """The worker's mean time per token after the first (one engine step each, for a
+    request alone in the engine); None for an answer of one token."""
+    tokens, timings = result.usage.completion_tokens, result.timings
+    if tokens < 2 or timings.ttft_ms is None:
+        return None
+    return (timings.total_ms - timings.ttft_ms) / (tokens - 1)
+
+
 def _interactive_samples(
     rig: Rig, samples: int, max_tokens: int, *, warmup: int, label: str
-) -> list[float]:
-    values = []
+) -> tuple[list[float], list[float]]:
+    """TTFTs of ``samples`` requests one after another, and their engine step times."""
+    ttfts: list[float] = []
+    steps: list[float] = []
     what = f"interactive TTFT, {label}" + (f" ({warmup} warm-up)" if warmup else "")
     for index in counted(what, warmup + samples).track(range(warmup + samples)):
         time.sleep(SETTLE_S)
-        ttft = queued_ttft_ms(rig, max_tokens)
+        ttft, result = queued_sample(rig, request_fields(max_tokens))
         if index >= warmup:
-            values.append(ttft)
-    return values
+            ttfts.append(ttft)
+            step = decode_step_ms(result)
+            if step is not None:
+                steps.append(step)
+    return ttfts, steps
 
 
 def _wait_until_batch_fills(client: Client, batch_slots: int, timeout_s: float = 300.0) -> None:

@@ -1,0 +1,43 @@
+"""The priority bench's model of the one-step wait, and the step time it reads."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.priority import decode_step_ms, one_step_wait_ratio
+from schemas.events import Timings, Usage
+from schemas.jobs import JobResult, JobStatus
+from schemas.queues import Priority, Tier
+
+
+def result(tokens: int, ttft_ms: float | None, total_ms: float) -> JobResult:
+    return JobResult(
+        job_id="j",
+        status=JobStatus.DONE,
+        text="x" * tokens,
+        tier=Tier.SMALL,
+        priority=Priority.INTERACTIVE,
+        usage=Usage(prompt_tokens=5, completion_tokens=tokens),
+        timings=Timings(queue_wait_ms=1.0, ttft_ms=ttft_ms, total_ms=total_ms),
+        worker_id="w",
+    )
+
+
+def test_the_step_is_the_time_after_the_first_token_over_the_tokens_after_it() -> None:
+    assert decode_step_ms(result(8, 50.0, 330.0)) == pytest.approx(40.0)
+
+
+@pytest.mark.parametrize(("tokens", "ttft_ms"), [(1, 50.0), (0, None), (4, None)])
+def test_an_answer_without_a_second_token_has_no_step(tokens: int, ttft_ms: float | None) -> None:
+    assert decode_step_ms(result(tokens, ttft_ms, 90.0)) is None
+
+
+def test_the_model_adds_nearly_one_step_to_the_idle_median() -> None:
+    idle = [50.0] * 98 + [60.0, 60.0]
+    # p50 50, p99 60: (50 + 0.98 * 40) / 60
+    assert one_step_wait_ratio(idle, 40.0) == pytest.approx(89.2 / 60.0)
+
+
+def test_a_step_short_against_the_first_token_keeps_the_model_near_one() -> None:
+    idle = [40.0] * 100
+    assert one_step_wait_ratio(idle, 10.0) == pytest.approx(1.245)
