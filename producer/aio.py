@@ -58,8 +58,8 @@ class AsyncClient:
         With ``subscribe`` the job's stream is subscribed to before the job is recorded,
         so Redis confirms it while the row is written, not on the way to the first token;
         the handle's first :meth:`AsyncJobHandle.events` uses that subscription. Read the
-        handle's events or ``aclose`` it, or the subscription is held until the handle
-        is collected.
+        handle's events or ``await handle.aclose()``: a subscription neither read nor
+        given back holds its Redis connection until the client closes.
         """
         job_id = new_job_id()
         taken = await self._take(event_channel(job_id)) if subscribe else None

@@ -84,6 +84,8 @@ def insert_job(
         return job, True
     except IntegrityError as exc:
         if idempotency_key is None:
+            if job_id is not None:  # the only other unique column: the id given
+                raise InvalidRequest("that job id is taken; ask new_job_id() for one") from None
             raise database_error(exc, doing="record the job") from exc
         existing = _by_idempotency_key(sessions, owner or "", idempotency_key)
         if (

@@ -94,6 +94,9 @@ class PubSubPool:
         except redis.RedisError:
             await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
             return
+        except BaseException:  # cancelled mid-way: what is on the connection is unknown
+            await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
+            raise
         self._idle.append(pubsub)
 
 

@@ -68,3 +68,14 @@ def test_a_stream_never_read_is_unsubscribed_when_its_handle_is_closed(
 def test_a_job_id_not_made_by_new_job_id_is_refused(integration_settings: Settings) -> None:
     with Client(integration_settings) as client, pytest.raises(InvalidRequest):
         client.submit("hi", job_id="another-tenants-job")
+
+
+def test_a_job_id_already_taken_is_refused_and_the_first_job_is_untouched(
+    integration_settings: Settings,
+) -> None:
+    with Client(integration_settings) as client:
+        first = client.submit("first", owner="tenant-a")
+        with pytest.raises(InvalidRequest, match="taken"):
+            client.submit("second", owner="tenant-b", job_id=first.job_id)
+        row = client.job(first.job_id)
+    assert (row.owner, row.request["messages"][0]["content"]) == ("tenant-a", "first")
