@@ -318,7 +318,7 @@ def direct_timing(engine: VllmEngine, request_id: str, max_tokens: int) -> Strea
 def queued_timing(rig: Rig, max_tokens: int) -> StreamTiming:
     """The same request through submit → Redis → worker → pub/sub → client."""
     clock = StreamClock()
-    handle = rig.client.submit(request_fields(max_tokens), tier=rig.tier)
+    handle = rig.client.submit(request_fields(max_tokens), tier=rig.tier, subscribe=True)
     for _chunk in handle.stream(timeout=300):
         clock.text()
     return clock.timing(handle.result(timeout=300).usage.completion_tokens)
@@ -332,7 +332,8 @@ def queued_ttft_ms(rig: Rig, max_tokens: int, request: dict[str, object] | None 
 def queued_sample(rig: Rig, request: dict[str, object]) -> tuple[float, JobResult]:
     """TTFT through the whole queue path, and the job's result (drained before returning)."""
     started = time.perf_counter()
-    handle = rig.client.submit(request, tier=rig.tier)
+    # Read at once, as the gateway reads: subscribed before the job is written.
+    handle = rig.client.submit(request, tier=rig.tier, subscribe=True)
     for _chunk in handle.stream(timeout=300):
         ttft = (time.perf_counter() - started) * 1000.0
         # Drain, so the next sample starts on an idle engine.

@@ -6,15 +6,16 @@ import asyncio
 from collections.abc import AsyncIterator
 from functools import partial
 
-import redis
 import redis.asyncio as aioredis
 from sqlalchemy.orm import Session, sessionmaker
 
 from producer.client import Client, result_from_terminal
 from producer.jobs import new_job_id
-from producer.pubsub_pool import PubSub, PubSubPool
+from producer.pubsub_pool import EarlySubscription, PubSub, PubSubPool
+from producer.stream_protocol import Joined
 from producer.streams import Event, aread_events
 from producer.submission import RequestLike
+from producer.subscribe_ahead import SubscriptionAhead
 from schemas.broker import async_redis_client
 from schemas.errors import job_ended
 from schemas.events import ErrorEvent, TerminalEvent, TokenEvent, is_terminal
@@ -53,16 +54,13 @@ class AsyncClient:
         conversation_id: str | None = None,
         subscribe: bool = False,
     ) -> AsyncJobHandle:
-        """See :meth:`producer.client.Client.submit`.
-
-        With ``subscribe`` the job's stream is subscribed to before the job is recorded,
-        so Redis confirms it while the row is written, not on the way to the first token;
-        the handle's first :meth:`AsyncJobHandle.events` uses that subscription. Read the
-        handle's events or ``await handle.aclose()``: a subscription neither read nor
-        given back holds its Redis connection until the client closes.
-        """
+        """See :meth:`producer.client.Client.submit`, ``subscribe`` included: the handle's
+        first :meth:`AsyncJobHandle.events` uses the subscription; read the events or
+        ``await handle.aclose()``, or it holds its Redis connection until the client
+        closes."""
         job_id = new_job_id()
-        taken = await self._take(event_channel(job_id)) if subscribe else None
+        channel = event_channel(job_id)
+        ahead = await SubscriptionAhead.send(self._subscriptions, channel) if subscribe else None
         try:
             handle = await asyncio.to_thread(
                 partial(
@@ -76,28 +74,19 @@ class AsyncClient:
                     deadline_s=deadline_s,
                     conversation_id=conversation_id,
                     job_id=job_id,
+                    before_enqueue=None if ahead is None else ahead.before_enqueue,
                 )
             )
         except BaseException:
-            if taken is not None:
-                await self._subscriptions.give_back(taken, event_channel(job_id))
+            if ahead is not None:
+                await ahead.abandon()
             raise
-        if taken is not None and handle.job_id != job_id:  # an idempotent replay
-            await self._subscriptions.give_back(taken, event_channel(job_id))
-            taken = None
-        return AsyncJobHandle(self, handle.job_id, handle.tier, handle.priority, taken=taken)
+        early = None if ahead is None else await ahead.settle(ours=handle.job_id == job_id)
+        return AsyncJobHandle(self, handle.job_id, handle.tier, handle.priority, early=early)
 
-    async def _take(self, channel: str) -> PubSub | None:
-        """A subscription sent ahead; None when Redis fails (the stream subscribes later
-        and reports it then)."""
-        try:
-            return await self._subscriptions.take(channel)
-        except redis.RedisError:
-            return None
-
-    async def give_back(self, taken: PubSub, job_id: str) -> None:
+    async def give_back(self, early: EarlySubscription[PubSub], job_id: str) -> None:
         """Return a subscription to ``job_id``'s stream that will not be read."""
-        await self._subscriptions.give_back(taken, event_channel(job_id))
+        await self._subscriptions.give_back(early.pubsub, event_channel(job_id))
 
     @property
     def sync(self) -> Client:
@@ -142,10 +131,10 @@ class AsyncClient:
         *,
         from_seq: int = 0,
         timeout: float | None = None,
-        taken: PubSub | None = None,
+        early: EarlySubscription[PubSub] | None = None,
     ) -> AsyncIterator[Event]:
         """A job's stream events from ``from_seq`` on, ending with the terminal event;
-        ``taken``: a subscription to its stream already sent (see ``submit``)."""
+        ``early``: the subscription ``submit`` sent ahead for this job."""
         lookup = partial(self._sync.terminal_event, job_id)
         return aread_events(
             self._redis,
@@ -154,7 +143,8 @@ class AsyncClient:
             timeout=timeout,
             terminal_lookup=lookup,
             subscriptions=self._subscriptions,
-            taken=taken,
+            taken=None if early is None else early.pubsub,
+            joined=Joined.NOT_YET if early is None else early.joined,
         )
 
     async def aclose(self) -> None:
@@ -180,21 +170,25 @@ class AsyncJobHandle:
         tier: Tier,
         priority: Priority,
         *,
-        taken: PubSub | None = None,
+        early: EarlySubscription[PubSub] | None = None,
     ) -> None:
         self.client = client
         self.job_id = job_id
         self.tier = tier
         self.priority = priority
         self._terminal: TerminalEvent | None = None
-        self._taken = taken
+        self.early = early
+        """The subscription ``submit(subscribe=True)`` sent, until a read takes it."""
 
     async def events(
         self, *, from_seq: int = 0, timeout: float | None = None
     ) -> AsyncIterator[Event]:
         """Every stream event from ``from_seq``, in order, each exactly once."""
-        taken, self._taken = self._taken, None
-        events = self.client.events(self.job_id, from_seq=from_seq, timeout=timeout, taken=taken)
+        early, self.early = self.early, None
+        if early is not None and from_seq:  # it joined for the first event: not this read
+            await self.client.give_back(early, self.job_id)
+            early = None
+        events = self.client.events(self.job_id, from_seq=from_seq, timeout=timeout, early=early)
         async for event in events:
             if is_terminal(event):
                 self._terminal = event
@@ -202,9 +196,9 @@ class AsyncJobHandle:
 
     async def aclose(self) -> None:
         """Give back the subscription ``submit`` sent ahead, if no read took it."""
-        taken, self._taken = self._taken, None
-        if taken is not None:
-            await self.client.give_back(taken, self.job_id)
+        early, self.early = self.early, None
+        if early is not None:
+            await self.client.give_back(early, self.job_id)
 
     async def stream(self, *, timeout: float | None = None) -> AsyncIterator[str]:
         """Yield text chunks as they are generated; raises ``JobFailed`` on a job error."""

@@ -134,6 +134,7 @@ def _submit(args: argparse.Namespace) -> int:
             tier=args.tier,
             priority=args.priority,
             idempotency_key=args.idempotency_key,
+            subscribe=True,  # the answer is read at once
         )
         if args.json:
             print(handle.result(timeout=args.timeout).model_dump_json())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from functools import partial
 
 import redis
@@ -18,12 +18,14 @@ from producer.jobs import (
     delete_job,
     insert_job,
     load_job,
+    new_job_id,
     terminal_event_from_row,
 )
 from producer.limits import count_text_tokens, preload_tokenizer, tokenizer_file
-from producer.pubsub_pool import SyncPubSubPool
+from producer.pubsub_pool import EarlySubscription, SyncPubSub, SyncPubSubPool, confirmed_now
 from producer.router.route import Router
 from producer.status import QueueDepth, queue_depths
+from producer.stream_protocol import Joined
 from producer.streams import Event, close_stream, read_events, request_cancel
 from producer.submission import RequestLike, prepare_submission
 from schemas.boundary import broker_boundary
@@ -33,7 +35,7 @@ from schemas.errors import BrokerUnavailable, QueueFull, job_ended
 from schemas.events import ErrorEvent, TerminalEvent, TokenEvent, is_terminal
 from schemas.jobs import CANCELLED_MESSAGE, JobResult, JobStatus
 from schemas.prompt_registry import PromptCatalog, PromptRegistry
-from schemas.queues import Priority, Tier
+from schemas.queues import Priority, Tier, event_channel
 from schemas.settings import Settings
 from schemas.tables import Job
 
@@ -85,6 +87,8 @@ class Client:
         deadline_s: float | None = None,
         conversation_id: str | None = None,
         job_id: str | None = None,
+        subscribe: bool = False,
+        before_enqueue: Callable[[], None] | None = None,
     ) -> JobHandle:
         """Validate, route, record and enqueue ``request``; return at once with a handle.
 
@@ -105,10 +109,86 @@ class Client:
         answer) are kept in that conversation of ``owner``, for the nightly summaries.
         ``job_id`` (made by ``producer.jobs.new_job_id``) is the id a new job gets, so a
         caller can subscribe to its stream first; an idempotent replay returns the
-        existing job, whose id differs. Raises
+        existing job, whose id differs. With ``subscribe`` the job's stream is subscribed
+        to before the job is written: Redis confirms it while the row is written, and a
+        reader that starts right after has nothing to ask Redis before the first token
+        (``handle.events`` uses it; read them or ``handle.close()``). ``before_enqueue``
+        runs after a new job's row is written, before its message is sent. Raises
         ``InvalidRequest``, ``PromptTooLong``, ``IdempotencyConflict``, ``QueueFull``,
         ``NoWarmWorker``, ``BrokerUnavailable`` or ``DatabaseUnavailable``.
         """
+        submit = partial(
+            self._submit,
+            request,
+            tier=tier,
+            priority=priority,
+            idempotency_key=idempotency_key,
+            owner=owner,
+            require_warm_worker=require_warm_worker,
+            deadline_s=deadline_s,
+            conversation_id=conversation_id,
+        )
+        if not subscribe:
+            return submit(job_id=job_id, before_enqueue=before_enqueue)
+        return self._submit_subscribed(submit, job_id or new_job_id(), before_enqueue)
+
+    def _submit_subscribed(
+        self,
+        submit: Callable[..., JobHandle],
+        job_id: str,
+        before_enqueue: Callable[[], None] | None,
+    ) -> JobHandle:
+        """``submit`` with the job's stream subscribed to first; the handle keeps the
+        subscription for its first read."""
+        channel = event_channel(job_id)
+        taken = self._take(channel)
+        joined = Joined.NOT_YET
+
+        def confirm_then_enqueue() -> None:
+            nonlocal joined
+            if before_enqueue is not None:
+                before_enqueue()
+            # The row took a round trip or more: the confirmation is usually here. If
+            # it is, nothing published on the channel from now on can be missed.
+            if taken is not None and confirmed_now(taken, channel):
+                joined = Joined.BEFORE_JOB
+
+        try:
+            handle = submit(job_id=job_id, before_enqueue=confirm_then_enqueue)
+        except BaseException:
+            if taken is not None:
+                self._subscriptions.give_back(taken, channel)
+            raise
+        if taken is None:
+            return handle
+        if handle.job_id != job_id:  # an idempotent replay: another job's stream
+            self._subscriptions.give_back(taken, channel)
+            return handle
+        handle.early = EarlySubscription(taken, joined)
+        return handle
+
+    def _take(self, channel: str) -> SyncPubSub | None:
+        """A subscription sent ahead; None when Redis fails (the stream subscribes later
+        and reports it then)."""
+        try:
+            return self._subscriptions.take(channel)
+        except redis.RedisError:
+            return None
+
+    def _submit(
+        self,
+        request: RequestLike,
+        *,
+        tier: Tier | str,
+        priority: Priority | str,
+        idempotency_key: str | None,
+        owner: str | None,
+        require_warm_worker: bool,
+        deadline_s: float | None,
+        conversation_id: str | None,
+        job_id: str | None,
+        before_enqueue: Callable[[], None] | None,
+    ) -> JobHandle:
         if conversation_id is not None:
             request = with_conversation(request, conversation_id)
         submission = prepare_submission(
@@ -139,6 +219,8 @@ class Client:
         )
         if created:
             try:
+                if before_enqueue is not None:
+                    before_enqueue()
                 self._enqueuer.enqueue(
                     job.id,
                     tier=tier_,
@@ -226,9 +308,15 @@ class Client:
         return JobStatus(load_job(self._sessions, job_id).status)
 
     def events(
-        self, job_id: str, *, from_seq: int = 0, timeout: float | None = None
+        self,
+        job_id: str,
+        *,
+        from_seq: int = 0,
+        timeout: float | None = None,
+        early: EarlySubscription[SyncPubSub] | None = None,
     ) -> Generator[Event, None, None]:
-        """A job's stream events from ``from_seq`` on, ending with the terminal event."""
+        """A job's stream events from ``from_seq`` on, ending with the terminal event;
+        ``early``: the subscription ``submit`` sent ahead for this job."""
         lookup = partial(self.terminal_event, job_id)
         return read_events(
             self._redis,
@@ -237,7 +325,13 @@ class Client:
             timeout=timeout,
             terminal_lookup=lookup,
             subscriptions=self._subscriptions,
+            taken=None if early is None else early.pubsub,
+            joined=Joined.NOT_YET if early is None else early.joined,
         )
+
+    def give_back(self, early: EarlySubscription[SyncPubSub], job_id: str) -> None:
+        """Return a subscription to ``job_id``'s stream that will not be read."""
+        self._subscriptions.give_back(early.pubsub, event_channel(job_id))
 
     def terminal_event(self, job_id: str, seq: int) -> TerminalEvent | None:
         """The outcome recorded on the job row as event ``seq``, or None while it runs."""
@@ -267,6 +361,8 @@ class JobHandle:
         self.tier = tier
         self.priority = priority
         self._terminal: TerminalEvent | None = None
+        self.early: EarlySubscription[SyncPubSub] | None = None
+        """The subscription ``submit(subscribe=True)`` sent, until a read takes it."""
 
     def __repr__(self) -> str:
         return f"JobHandle({self.job_id!r}, tier={self.tier}, priority={self.priority})"
@@ -275,10 +371,21 @@ class JobHandle:
         self, *, from_seq: int = 0, timeout: float | None = None
     ) -> Generator[Event, None, None]:
         """Every stream event from ``from_seq``, in order, each exactly once."""
-        for event in self.client.events(self.job_id, from_seq=from_seq, timeout=timeout):
+        early, self.early = self.early, None
+        if early is not None and from_seq:  # it joined for the first event: not this read
+            self.client.give_back(early, self.job_id)
+            early = None
+        events = self.client.events(self.job_id, from_seq=from_seq, timeout=timeout, early=early)
+        for event in events:
             if is_terminal(event):
                 self._terminal = event
             yield event
+
+    def close(self) -> None:
+        """Give back the subscription ``submit`` sent ahead, if no read took it."""
+        early, self.early = self.early, None
+        if early is not None:
+            self.client.give_back(early, self.job_id)
 
     def cancel(self) -> None:
         """Cancel this job; see :meth:`Client.cancel`."""

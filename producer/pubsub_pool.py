@@ -12,13 +12,26 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import redis
 import redis.asyncio as aioredis
 
+from producer.stream_protocol import Joined
+
 PubSub = aioredis.client.PubSub
 SyncPubSub = redis.client.PubSub
+AnyPubSub = TypeVar("AnyPubSub", PubSub, SyncPubSub)
+
+
+@dataclass(frozen=True)
+class EarlySubscription(Generic[AnyPubSub]):
+    """A subscription to a job's stream, sent before the job was, for its first read."""
+
+    pubsub: AnyPubSub
+    joined: Joined
+
 
 DEFAULT_KEEP = 32
 """Idle connections kept at most; one per stream that ran at once is enough."""
@@ -114,18 +127,27 @@ class SyncPubSubPool:
         """Connections waiting for a stream."""
         return len(self._idle)
 
-    @contextlib.contextmanager
-    def subscribed(self, channel: str) -> Iterator[SyncPubSub]:
-        """See :meth:`PubSubPool.subscribed`."""
+    def take(self, channel: str) -> SyncPubSub:
+        """See :meth:`PubSubPool.take`."""
         with self._lock:
             pubsub = self._idle.pop() if self._idle else self._client.pubsub()
         try:
             pubsub.subscribe(channel)
+        except BaseException:
+            pubsub.close()
+            raise
+        return pubsub
+
+    @contextlib.contextmanager
+    def subscribed(self, channel: str, *, taken: SyncPubSub | None = None) -> Iterator[SyncPubSub]:
+        """See :meth:`PubSubPool.subscribed`."""
+        pubsub = taken if taken is not None else self.take(channel)
+        try:
             yield pubsub
         except BaseException:
             pubsub.close()
             raise
-        self._give_back(pubsub, channel)
+        self.give_back(pubsub, channel)
 
     def close(self) -> None:
         """Close the idle connections."""
@@ -134,20 +156,37 @@ class SyncPubSubPool:
         for pubsub in idle:
             pubsub.close()
 
-    def _give_back(self, pubsub: SyncPubSub, channel: str) -> None:
+    def give_back(self, pubsub: SyncPubSub, channel: str) -> None:
+        """See :meth:`PubSubPool.give_back`."""
         if len(self._idle) >= self._keep:  # no room (a reader without a pool: keep=0)
             pubsub.close()
             return
         try:
             pubsub.unsubscribe(channel)  # type: ignore[no-untyped-call, unused-ignore]
-        except redis.RedisError:
+        except BaseException as exc:  # what is on the connection is unknown
             pubsub.close()
-            return
+            if isinstance(exc, redis.RedisError):
+                return
+            raise
         with self._lock:  # another stream may have taken the last place meanwhile
             if len(self._idle) < self._keep:
                 self._idle.append(pubsub)
                 return
         pubsub.close()
+
+
+def confirmed_now(pubsub: SyncPubSub, channel: str) -> bool:
+    """Whether ``channel``'s subscription confirmation is already on the connection
+    (it is then consumed); never waits for it."""
+    message = own_sync_message(pubsub, channel, 0.0)
+    return message is not None and message.get("type") == "subscribe"
+
+
+async def confirmation(pubsub: PubSub, channel: str, timeout: float) -> bool:
+    """Read ``channel``'s subscription confirmation, waiting up to ``timeout`` seconds;
+    False if it did not come."""
+    message = await own_message(pubsub, channel, timeout)
+    return message is not None and message.get("type") == "subscribe"
 
 
 def own_sync_message(pubsub: SyncPubSub, channel: str, timeout: float) -> dict[str, Any] | None:

@@ -62,6 +62,18 @@ class ReadRow:
 Action = Listen | ReadLog | ReadRow
 
 
+class Joined(Enum):
+    """How far a reader's subscription got before the reader started."""
+
+    NOT_YET = "not yet"
+    """Its confirmation is still to be read."""
+    CONFIRMED = "confirmed"
+    """Confirmed (and read); what was published before it is in the log."""
+    BEFORE_JOB = "before the job"
+    """Confirmed before the job's message was sent: nothing can have been published
+    before it, so there is no log to read first."""
+
+
 class _Phase(Enum):
     SUBSCRIBING = "subscribing"  # waiting for the subscription to be confirmed
     REPLAY = "replay"  # the log must be read from next_seq
@@ -70,12 +82,21 @@ class _Phase(Enum):
     DONE = "done"  # the terminal event was handed out
 
 
+_FIRST_PHASE = {
+    Joined.NOT_YET: _Phase.SUBSCRIBING,
+    Joined.CONFIRMED: _Phase.REPLAY,
+    Joined.BEFORE_JOB: _Phase.FOLLOW,
+}
+
+
 class StreamReader:
     """One reader's place in a job's stream, kept across reconnects; no I/O.
 
     ``from_seq`` is the first event wanted. ``timeout`` (seconds from now) makes
     :meth:`next_action` raise ``JobTimeout`` once it is spent; ``clock`` is the
-    monotonic clock deadlines and outages are measured with.
+    monotonic clock deadlines and outages are measured with. ``joined`` says how far
+    the first connection's subscription got before the reader started (a reconnect
+    subscribes afresh).
     """
 
     def __init__(
@@ -85,12 +106,15 @@ class StreamReader:
         from_seq: int = 0,
         timeout: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        joined: Joined = Joined.NOT_YET,
     ) -> None:
+        if joined is Joined.BEFORE_JOB and from_seq:
+            raise ValueError("a subscription from before the job reads from its first event")
         self.job_id = job_id
         self.next_seq = from_seq
         self._clock = clock
         self._deadline = None if timeout is None else clock() + timeout
-        self._phase = _Phase.SUBSCRIBING
+        self._phase = _FIRST_PHASE[joined]
         self._ask_row_after_replay = False
         self._outage_since: float | None = None
 
