@@ -11,11 +11,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from producer.client import Client, result_from_terminal
 from producer.jobs import new_job_id
-from producer.pubsub_pool import EarlySubscription, PubSub, PubSubPool
-from producer.stream_protocol import Joined
+from producer.pubsub_pool import PubSub, PubSubPool
 from producer.streams import Event, aread_events
 from producer.submission import RequestLike
-from producer.subscribe_ahead import SubscriptionAhead
 from schemas.broker import async_redis_client
 from schemas.errors import job_ended
 from schemas.events import ErrorEvent, TerminalEvent, TokenEvent, is_terminal
@@ -54,13 +52,10 @@ class AsyncClient:
         conversation_id: str | None = None,
         subscribe: bool = False,
     ) -> AsyncJobHandle:
-        """See :meth:`producer.client.Client.submit`, ``subscribe`` included: the handle's
-        first :meth:`AsyncJobHandle.events` uses the subscription; read the events or
-        ``await handle.aclose()``, or it holds its Redis connection until the client
-        closes."""
+        """See :meth:`producer.client.Client.submit`, ``subscribe`` included: read the
+        handle's events or ``await handle.aclose()``."""
         job_id = new_job_id()
-        channel = event_channel(job_id)
-        ahead = await SubscriptionAhead.send(self._subscriptions, channel) if subscribe else None
+        early = await self._subscriptions.confirmed(event_channel(job_id)) if subscribe else None
         try:
             handle = await asyncio.to_thread(
                 partial(
@@ -74,19 +69,20 @@ class AsyncClient:
                     deadline_s=deadline_s,
                     conversation_id=conversation_id,
                     job_id=job_id,
-                    before_enqueue=None if ahead is None else ahead.before_enqueue,
                 )
             )
         except BaseException:
-            if ahead is not None:
-                await ahead.abandon()
+            if early is not None:
+                await self.give_back(early, job_id)
             raise
-        early = None if ahead is None else await ahead.settle(ours=handle.job_id == job_id)
+        if early is not None and handle.job_id != job_id:  # a replay: another job's stream
+            await self.give_back(early, job_id)
+            early = None
         return AsyncJobHandle(self, handle.job_id, handle.tier, handle.priority, early=early)
 
-    async def give_back(self, early: EarlySubscription[PubSub], job_id: str) -> None:
+    async def give_back(self, early: PubSub, job_id: str) -> None:
         """Return a subscription to ``job_id``'s stream that will not be read."""
-        await self._subscriptions.give_back(early.pubsub, event_channel(job_id))
+        await self._subscriptions.give_back(early, event_channel(job_id))
 
     @property
     def sync(self) -> Client:
@@ -131,10 +127,10 @@ class AsyncClient:
         *,
         from_seq: int = 0,
         timeout: float | None = None,
-        early: EarlySubscription[PubSub] | None = None,
+        early: PubSub | None = None,
     ) -> AsyncIterator[Event]:
         """A job's stream events from ``from_seq`` on, ending with the terminal event;
-        ``early``: the subscription ``submit`` sent ahead for this job."""
+        ``early``: the subscription ``submit(subscribe=True)`` made for this job."""
         lookup = partial(self._sync.terminal_event, job_id)
         return aread_events(
             self._redis,
@@ -143,8 +139,7 @@ class AsyncClient:
             timeout=timeout,
             terminal_lookup=lookup,
             subscriptions=self._subscriptions,
-            taken=None if early is None else early.pubsub,
-            joined=Joined.NOT_YET if early is None else early.joined,
+            early=early,
         )
 
     async def aclose(self) -> None:
@@ -170,7 +165,7 @@ class AsyncJobHandle:
         tier: Tier,
         priority: Priority,
         *,
-        early: EarlySubscription[PubSub] | None = None,
+        early: PubSub | None = None,
     ) -> None:
         self.client = client
         self.job_id = job_id
@@ -178,7 +173,7 @@ class AsyncJobHandle:
         self.priority = priority
         self._terminal: TerminalEvent | None = None
         self.early = early
-        """The subscription ``submit(subscribe=True)`` sent, until a read takes it."""
+        """The subscription ``submit(subscribe=True)`` made, until a read takes it."""
 
     async def events(
         self, *, from_seq: int = 0, timeout: float | None = None

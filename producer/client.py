@@ -22,16 +22,15 @@ from producer.jobs import (
     terminal_event_from_row,
 )
 from producer.limits import count_text_tokens, preload_tokenizer, tokenizer_file
-from producer.pubsub_pool import EarlySubscription, SyncPubSub, SyncPubSubPool, confirmed_now
+from producer.pubsub_pool import SyncPubSub, SyncPubSubPool
 from producer.router.route import Router
 from producer.status import QueueDepth, queue_depths
-from producer.stream_protocol import Joined
 from producer.streams import Event, close_stream, read_events, request_cancel
 from producer.submission import RequestLike, prepare_submission
 from schemas.boundary import broker_boundary
 from schemas.broker import redis_client as broker_client
 from schemas.db import make_engine, make_sessions
-from schemas.errors import BrokerUnavailable, QueueFull, job_ended
+from schemas.errors import job_ended
 from schemas.events import ErrorEvent, TerminalEvent, TokenEvent, is_terminal
 from schemas.jobs import CANCELLED_MESSAGE, JobResult, JobStatus
 from schemas.prompt_registry import PromptCatalog, PromptRegistry
@@ -88,7 +87,6 @@ class Client:
         conversation_id: str | None = None,
         job_id: str | None = None,
         subscribe: bool = False,
-        before_enqueue: Callable[[], None] | None = None,
     ) -> JobHandle:
         """Validate, route, record and enqueue ``request``; return at once with a handle.
 
@@ -110,10 +108,10 @@ class Client:
         ``job_id`` (made by ``producer.jobs.new_job_id``) is the id a new job gets, so a
         caller can subscribe to its stream first; an idempotent replay returns the
         existing job, whose id differs. With ``subscribe`` the job's stream is subscribed
-        to before the job is written: Redis confirms it while the row is written, and a
-        reader that starts right after has nothing to ask Redis before the first token
-        (``handle.events`` uses it; read them or ``handle.close()``). ``before_enqueue``
-        runs after a new job's row is written, before its message is sent. Raises
+        to (and Redis has confirmed it) before the job is written, so a reader that
+        starts right after has nothing to ask Redis before the first token, while the
+        worker hands the job to its engine (``handle.events`` uses it; read them or
+        ``handle.close()``). Raises
         ``InvalidRequest``, ``PromptTooLong``, ``IdempotencyConflict``, ``QueueFull``,
         ``NoWarmWorker``, ``BrokerUnavailable`` or ``DatabaseUnavailable``.
         """
@@ -129,51 +127,24 @@ class Client:
             conversation_id=conversation_id,
         )
         if not subscribe:
-            return submit(job_id=job_id, before_enqueue=before_enqueue)
-        return self._submit_subscribed(submit, job_id or new_job_id(), before_enqueue)
+            return submit(job_id=job_id)
+        return self._submit_subscribed(submit, job_id or new_job_id())
 
-    def _submit_subscribed(
-        self,
-        submit: Callable[..., JobHandle],
-        job_id: str,
-        before_enqueue: Callable[[], None] | None,
-    ) -> JobHandle:
+    def _submit_subscribed(self, submit: Callable[..., JobHandle], job_id: str) -> JobHandle:
         """``submit`` with the job's stream subscribed to first; the handle keeps the
         subscription for its first read."""
-        channel = event_channel(job_id)
-        taken = self._take(channel)
-        joined = Joined.NOT_YET
-
-        def confirm_then_enqueue() -> None:
-            nonlocal joined
-            if before_enqueue is not None:
-                before_enqueue()
-            # The row took a round trip or more: the confirmation is usually here. If
-            # it is, nothing published on the channel from now on can be missed.
-            if taken is not None and confirmed_now(taken, channel):
-                joined = Joined.BEFORE_JOB
-
+        early = self._subscriptions.confirmed(event_channel(job_id))
         try:
-            handle = submit(job_id=job_id, before_enqueue=confirm_then_enqueue)
+            handle = submit(job_id=job_id)
         except BaseException:
-            if taken is not None:
-                self._subscriptions.give_back(taken, channel)
+            if early is not None:
+                self.give_back(early, job_id)
             raise
-        if taken is None:
-            return handle
-        if handle.job_id != job_id:  # an idempotent replay: another job's stream
-            self._subscriptions.give_back(taken, channel)
-            return handle
-        handle.early = EarlySubscription(taken, joined)
+        if early is not None and handle.job_id != job_id:  # a replay: another job's stream
+            self.give_back(early, job_id)
+            early = None
+        handle.early = early
         return handle
-
-    def _take(self, channel: str) -> SyncPubSub | None:
-        """A subscription sent ahead; None when Redis fails (the stream subscribes later
-        and reports it then)."""
-        try:
-            return self._subscriptions.take(channel)
-        except redis.RedisError:
-            return None
 
     def _submit(
         self,
@@ -187,7 +158,6 @@ class Client:
         deadline_s: float | None,
         conversation_id: str | None,
         job_id: str | None,
-        before_enqueue: Callable[[], None] | None,
     ) -> JobHandle:
         if conversation_id is not None:
             request = with_conversation(request, conversation_id)
@@ -219,8 +189,6 @@ class Client:
         )
         if created:
             try:
-                if before_enqueue is not None:
-                    before_enqueue()
                 self._enqueuer.enqueue(
                     job.id,
                     tier=tier_,
@@ -230,7 +198,7 @@ class Client:
                     # jobs; schemas.messages decides) for the worker to start on.
                     request=job.request,
                 )
-            except (BrokerUnavailable, QueueFull):
+            except BaseException:  # nothing is left half-enqueued, whatever stopped it
                 delete_job(self._sessions, job.id)
                 raise
         return JobHandle(self, job.id, Tier(job.tier), Priority(job.priority))
@@ -313,10 +281,10 @@ class Client:
         *,
         from_seq: int = 0,
         timeout: float | None = None,
-        early: EarlySubscription[SyncPubSub] | None = None,
+        early: SyncPubSub | None = None,
     ) -> Generator[Event, None, None]:
         """A job's stream events from ``from_seq`` on, ending with the terminal event;
-        ``early``: the subscription ``submit`` sent ahead for this job."""
+        ``early``: the subscription ``submit(subscribe=True)`` made for this job."""
         lookup = partial(self.terminal_event, job_id)
         return read_events(
             self._redis,
@@ -325,13 +293,12 @@ class Client:
             timeout=timeout,
             terminal_lookup=lookup,
             subscriptions=self._subscriptions,
-            taken=None if early is None else early.pubsub,
-            joined=Joined.NOT_YET if early is None else early.joined,
+            early=early,
         )
 
-    def give_back(self, early: EarlySubscription[SyncPubSub], job_id: str) -> None:
+    def give_back(self, early: SyncPubSub, job_id: str) -> None:
         """Return a subscription to ``job_id``'s stream that will not be read."""
-        self._subscriptions.give_back(early.pubsub, event_channel(job_id))
+        self._subscriptions.give_back(early, event_channel(job_id))
 
     def terminal_event(self, job_id: str, seq: int) -> TerminalEvent | None:
         """The outcome recorded on the job row as event ``seq``, or None while it runs."""
@@ -353,7 +320,8 @@ class Client:
 
 
 class JobHandle:
-    """One submitted job: stream its text or wait for its result."""
+    """One submitted job: stream its text or wait for its result (from one thread at a
+    time)."""
 
     def __init__(self, client: Client, job_id: str, tier: Tier, priority: Priority) -> None:
         self.client = client
@@ -361,8 +329,8 @@ class JobHandle:
         self.tier = tier
         self.priority = priority
         self._terminal: TerminalEvent | None = None
-        self.early: EarlySubscription[SyncPubSub] | None = None
-        """The subscription ``submit(subscribe=True)`` sent, until a read takes it."""
+        self.early: SyncPubSub | None = None
+        """The subscription ``submit(subscribe=True)`` made, until a read takes it."""
 
     def __repr__(self) -> str:
         return f"JobHandle({self.job_id!r}, tier={self.tier}, priority={self.priority})"

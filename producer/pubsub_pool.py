@@ -12,29 +12,18 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import redis
 import redis.asyncio as aioredis
 
-from producer.stream_protocol import Joined
-
 PubSub = aioredis.client.PubSub
 SyncPubSub = redis.client.PubSub
-AnyPubSub = TypeVar("AnyPubSub", PubSub, SyncPubSub)
-
-
-@dataclass(frozen=True)
-class EarlySubscription(Generic[AnyPubSub]):
-    """A subscription to a job's stream, sent before the job was, for its first read."""
-
-    pubsub: AnyPubSub
-    joined: Joined
-
 
 DEFAULT_KEEP = 32
 """Idle connections kept at most; one per stream that ran at once is enough."""
+CONFIRM_WAIT_S = 1.0
+"""How long :meth:`PubSubPool.confirmed` waits for Redis to confirm a subscription."""
 
 
 class PubSubPool:
@@ -71,12 +60,33 @@ class PubSubPool:
             raise
         return pubsub
 
+    async def confirmed(self, channel: str, timeout: float = CONFIRM_WAIT_S) -> PubSub | None:
+        """A pub/sub object subscribed to ``channel``, its confirmation read: from now on
+        it hears everything published there. None if Redis fails or does not confirm
+        within ``timeout`` seconds (a reader subscribes later, and reports it then)."""
+        try:
+            pubsub = await self.take(channel)
+        except redis.RedisError:
+            return None
+        try:
+            message = await own_message(pubsub, channel, timeout)
+        except BaseException as exc:
+            await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
+            if isinstance(exc, redis.RedisError):
+                return None
+            raise
+        if message is None or message.get("type") != "subscribe":
+            await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
+            return None
+        return pubsub
+
     @contextlib.asynccontextmanager
     async def subscribed(
         self, channel: str, *, taken: PubSub | None = None
     ) -> AsyncIterator[PubSub]:
-        """A pub/sub object subscribed to ``channel`` (its confirmation still to read):
-        ``taken`` (from :meth:`take` for this channel) or a new subscription.
+        """A pub/sub object subscribed to ``channel``: ``taken`` (from :meth:`take` or
+        :meth:`confirmed` for this channel) or a new subscription, its confirmation
+        still to read.
 
         Raises ``redis.RedisError`` if Redis cannot be reached. A block that ends with an
         exception (a lost connection, a cancelled stream) closes the connection: what is
@@ -138,6 +148,24 @@ class SyncPubSubPool:
             raise
         return pubsub
 
+    def confirmed(self, channel: str, timeout: float = CONFIRM_WAIT_S) -> SyncPubSub | None:
+        """See :meth:`PubSubPool.confirmed`."""
+        try:
+            pubsub = self.take(channel)
+        except redis.RedisError:
+            return None
+        try:
+            message = own_sync_message(pubsub, channel, timeout)
+        except BaseException as exc:
+            pubsub.close()
+            if isinstance(exc, redis.RedisError):
+                return None
+            raise
+        if message is None or message.get("type") != "subscribe":
+            pubsub.close()
+            return None
+        return pubsub
+
     @contextlib.contextmanager
     def subscribed(self, channel: str, *, taken: SyncPubSub | None = None) -> Iterator[SyncPubSub]:
         """See :meth:`PubSubPool.subscribed`."""
@@ -173,20 +201,6 @@ class SyncPubSubPool:
                 self._idle.append(pubsub)
                 return
         pubsub.close()
-
-
-def confirmed_now(pubsub: SyncPubSub, channel: str) -> bool:
-    """Whether ``channel``'s subscription confirmation is already on the connection
-    (it is then consumed); never waits for it."""
-    message = own_sync_message(pubsub, channel, 0.0)
-    return message is not None and message.get("type") == "subscribe"
-
-
-async def confirmation(pubsub: PubSub, channel: str, timeout: float) -> bool:
-    """Read ``channel``'s subscription confirmation, waiting up to ``timeout`` seconds;
-    False if it did not come."""
-    message = await own_message(pubsub, channel, timeout)
-    return message is not None and message.get("type") == "subscribe"
 
 
 def own_sync_message(pubsub: SyncPubSub, channel: str, timeout: float) -> dict[str, Any] | None:

@@ -62,18 +62,6 @@ class ReadRow:
 Action = Listen | ReadLog | ReadRow
 
 
-class Joined(Enum):
-    """How far a reader's subscription got before the reader started."""
-
-    NOT_YET = "not yet"
-    """Its confirmation is still to be read."""
-    CONFIRMED = "confirmed"
-    """Confirmed (and read); what was published before it is in the log."""
-    BEFORE_JOB = "before the job"
-    """Confirmed before the job's message was sent: nothing can have been published
-    before it, so there is no log to read first."""
-
-
 class _Phase(Enum):
     SUBSCRIBING = "subscribing"  # waiting for the subscription to be confirmed
     REPLAY = "replay"  # the log must be read from next_seq
@@ -82,21 +70,14 @@ class _Phase(Enum):
     DONE = "done"  # the terminal event was handed out
 
 
-_FIRST_PHASE = {
-    Joined.NOT_YET: _Phase.SUBSCRIBING,
-    Joined.CONFIRMED: _Phase.REPLAY,
-    Joined.BEFORE_JOB: _Phase.FOLLOW,
-}
-
-
 class StreamReader:
     """One reader's place in a job's stream, kept across reconnects; no I/O.
 
     ``from_seq`` is the first event wanted. ``timeout`` (seconds from now) makes
     :meth:`next_action` raise ``JobTimeout`` once it is spent; ``clock`` is the
-    monotonic clock deadlines and outages are measured with. ``joined`` says how far
-    the first connection's subscription got before the reader started (a reconnect
-    subscribes afresh).
+    monotonic clock deadlines and outages are measured with. With
+    ``confirmed_before_job`` the first connection is already subscribed, since before
+    the job's message was sent (a reconnect subscribes afresh).
     """
 
     def __init__(
@@ -106,15 +87,17 @@ class StreamReader:
         from_seq: int = 0,
         timeout: float | None = None,
         clock: Callable[[], float] = time.monotonic,
-        joined: Joined = Joined.NOT_YET,
+        confirmed_before_job: bool = False,
     ) -> None:
-        if joined is Joined.BEFORE_JOB and from_seq:
+        if confirmed_before_job and from_seq:
             raise ValueError("a subscription from before the job reads from its first event")
         self.job_id = job_id
         self.next_seq = from_seq
         self._clock = clock
         self._deadline = None if timeout is None else clock() + timeout
-        self._phase = _FIRST_PHASE[joined]
+        # Nothing can precede a subscription Redis confirmed before the job's message
+        # was sent: no confirmation to wait for, no log to read first.
+        self._phase = _Phase.FOLLOW if confirmed_before_job else _Phase.SUBSCRIBING
         self._ask_row_after_replay = False
         self._outage_since: float | None = None
 

@@ -23,7 +23,7 @@ from producer.pubsub_pool import (
     own_message,
     own_sync_message,
 )
-from producer.stream_protocol import Joined, Listen, ReadLog, ReadRow, StreamReader
+from producer.stream_protocol import Listen, ReadLog, ReadRow, StreamReader
 from schemas.events import AnyEvent, TerminalEvent, error_event
 from schemas.queues import CANCEL_CHANNEL, cancel_key, event_channel, event_log_key
 from schemas.stream_log import EventLog
@@ -40,8 +40,7 @@ def read_events(
     timeout: float | None = None,
     terminal_lookup: TerminalLookup | None = None,
     subscriptions: SyncPubSubPool | None = None,
-    taken: SyncPubSub | None = None,
-    joined: Joined = Joined.NOT_YET,
+    early: SyncPubSub | None = None,
 ) -> Generator[Event, None, None]:
     """Yield a job's events from ``from_seq`` to the terminal one.
 
@@ -49,20 +48,20 @@ def read_events(
     number, so a Redis restart costs the reader nothing. Raises ``JobTimeout`` after
     ``timeout`` seconds, ``BrokerUnavailable`` if Redis stays away
     ``stream_protocol.RECONNECT_BUDGET_S``. With ``subscriptions``, the pub/sub
-    connection comes from (and goes back to) that pool. ``taken`` is a subscription to
-    the job's channel already sent (``SyncPubSubPool.take``), used for the first
-    connection; ``joined`` says how far it got.
+    connection comes from (and goes back to) that pool. ``early`` is a subscription to
+    the job's channel that Redis confirmed before the job's message was sent
+    (``SyncPubSubPool.confirmed``): the first connection, with nothing to read first.
     """
     reader = StreamReader(
-        job_id, from_seq=from_seq, timeout=timeout, joined=joined if taken else Joined.NOT_YET
+        job_id, from_seq=from_seq, timeout=timeout, confirmed_before_job=early is not None
     )
     log_key = event_log_key(job_id)
     channel = event_channel(job_id)
     pool = subscriptions or SyncPubSubPool(client, keep=0)
     while not reader.finished:
         try:
-            with pool.subscribed(channel, taken=taken) as pubsub:
-                taken = None  # a reconnect subscribes afresh
+            with pool.subscribed(channel, taken=early) as pubsub:
+                early = None  # a reconnect subscribes afresh
                 while (action := reader.next_action()) is not None:
                     match action:
                         case Listen(timeout=wait):
@@ -84,20 +83,19 @@ async def aread_events(
     timeout: float | None = None,
     terminal_lookup: TerminalLookup | None = None,
     subscriptions: PubSubPool | None = None,
-    taken: PubSub | None = None,
-    joined: Joined = Joined.NOT_YET,
+    early: PubSub | None = None,
 ) -> AsyncIterator[Event]:
     """Asyncio twin of :func:`read_events`, with the same guarantees and arguments."""
     reader = StreamReader(
-        job_id, from_seq=from_seq, timeout=timeout, joined=joined if taken else Joined.NOT_YET
+        job_id, from_seq=from_seq, timeout=timeout, confirmed_before_job=early is not None
     )
     log_key = event_log_key(job_id)
     channel = event_channel(job_id)
     pool = subscriptions or PubSubPool(client, keep=0)
     while not reader.finished:
         try:
-            async with pool.subscribed(channel, taken=taken) as pubsub:
-                taken = None  # a reconnect subscribes afresh
+            async with pool.subscribed(channel, taken=early) as pubsub:
+                early = None  # a reconnect subscribes afresh
                 while (action := reader.next_action()) is not None:
                     match action:
                         case Listen(timeout=wait):

@@ -10,7 +10,6 @@ from producer.stream_protocol import (
     IDLE_POLL_S,
     RECONNECT_BUDGET_S,
     RECONNECT_DELAY_S,
-    Joined,
     Listen,
     ReadLog,
     ReadRow,
@@ -211,7 +210,7 @@ def test_input_out_of_turn_is_refused() -> None:
 
 
 def test_a_subscription_confirmed_before_the_job_listens_first_and_takes_event_zero() -> None:
-    reader = StreamReader("j", joined=Joined.BEFORE_JOB)
+    reader = StreamReader("j", confirmed_before_job=True)
     assert reader.next_action() == Listen(IDLE_POLL_S)
     assert seqs(reader.receive_message(message(raw_tokens(0, 1)[0]))) == [0]
     # Silence still sends it to the log, then the row.
@@ -219,21 +218,15 @@ def test_a_subscription_confirmed_before_the_job_listens_first_and_takes_event_z
     assert reader.next_action() == ReadLog(1)
 
 
-def test_a_subscription_confirmed_late_reads_the_log_before_listening() -> None:
-    reader = StreamReader("j", joined=Joined.CONFIRMED)
-    assert reader.next_action() == ReadLog(0)
-    assert seqs(reader.receive_log(raw_tokens(0, 2))) == [0, 1]
-    assert reader.next_action() == Listen(IDLE_POLL_S)
-
-
 def test_after_a_lost_connection_an_early_reader_subscribes_afresh() -> None:
-    reader = StreamReader("j", joined=Joined.BEFORE_JOB)
+    reader = StreamReader("j", confirmed_before_job=True)
     reader.receive_message(message(raw_tokens(0, 1)[0]))
     reader.connection_lost(ConnectionError("gone"))
+    assert isinstance(reader.next_action(), Listen)
     reader.receive_message(SUBSCRIBED)
     assert reader.next_action() == ReadLog(1)
 
 
 def test_only_a_read_from_the_first_event_can_have_joined_before_the_job() -> None:
     with pytest.raises(ValueError, match="first event"):
-        StreamReader("j", from_seq=3, joined=Joined.BEFORE_JOB)
+        StreamReader("j", from_seq=3, confirmed_before_job=True)
