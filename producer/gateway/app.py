@@ -31,7 +31,7 @@ from producer.gateway.errors import (
     http_error_for,
     rate_limited,
 )
-from producer.gateway.fairness import KeyFairness, ReleasingStreamingResponse
+from producer.gateway.fairness import KeyFairness
 from producer.gateway.guard import FrontDoor
 from producer.gateway.keys import KEY_CACHE_S, KeyIdentity, authenticate, hash_secret
 from producer.gateway.metrics import GatewayMetrics
@@ -42,7 +42,7 @@ from producer.gateway.ratelimit import (
     over_limit,
     record_auth_failure,
 )
-from producer.gateway.sse import sse_events
+from producer.gateway.sse import SseResponse, sse_events
 from schemas.errors import LlmqError
 from schemas.queues import Priority, Tier
 from schemas.settings import Settings
@@ -251,11 +251,7 @@ class Gateway:
                 started=started,
                 timeout=RESULT_TIMEOUT_S,
             )
-            return ReleasingStreamingResponse(
-                events,
-                release=partial(_after_stream, handle, release),
-                media_type="text/event-stream",
-            )
+            return SseResponse(events, release=partial(_after_stream, handle, release))
         try:
             result = await handle.result(timeout=RESULT_TIMEOUT_S)
         finally:

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import secrets
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import anyio
@@ -29,8 +29,6 @@ from redis.exceptions import RedisError
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
-from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
 
 from producer.gateway.errors import GatewayError, rate_limited
 from schemas.errors import BrokerUnavailable, DatabaseUnavailable
@@ -192,28 +190,3 @@ class KeyFairness:
         seconds, micros = await client.time()
         now_ms = int(seconds) * 1000 + int(micros) // 1000
         return int(await client.zcount(open_streams_key(key_id), f"({now_ms}", "+inf"))
-
-
-class ReleasingStreamingResponse(StreamingResponse):
-    """A streaming response that gives a stream slot back however the response ends.
-
-    The release runs after the response returns, raises or is cancelled (the client
-    went away), which a ``finally`` in the body generator alone cannot promise: a
-    generator cancelled before its first step never runs its ``finally``.
-    """
-
-    def __init__(
-        self,
-        content: AsyncIterable[bytes],
-        *,
-        release: Callable[[], Awaitable[None]],
-        media_type: str,
-    ) -> None:
-        super().__init__(content, media_type=media_type)
-        self._release = release
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self._release()

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any
+
+from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from producer.aio import AsyncJobHandle
 from producer.gateway import openai_models as oai
@@ -66,3 +70,48 @@ def encode(event_id: str | None, payload: dict[str, Any]) -> bytes:
     """One SSE event."""
     head = f"id: {event_id}\n" if event_id else ""
     return f"{head}data: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
+
+
+HEADERS_WAIT_S = 0.05
+"""How long a stream's headers wait for its first event to go out with it."""
+
+
+class SseResponse(StreamingResponse):
+    """The gateway's event stream: headers go out with the first event, and what the
+    stream held (its slot, its early subscription) is given back however it ends.
+
+    Sending the headers at once would wake the client to read them just as the worker
+    hands the job to its engine, on a small host on the same core; with the first event
+    they cost nothing there. Headers wait at most ``HEADERS_WAIT_S``, so a job that
+    waits in its queue is still answered at once. ``release`` runs after the response
+    returns, raises or is cancelled (the client went away), which a ``finally`` in the
+    body generator alone cannot promise: a generator cancelled before its first step
+    never runs its ``finally``.
+    """
+
+    def __init__(
+        self, content: AsyncIterable[bytes], *, release: Callable[[], Awaitable[None]]
+    ) -> None:
+        super().__init__(content, media_type="text/event-stream")
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._release()
+
+    async def stream_response(self, send: Send) -> None:
+        chunks = aiter(self.body_iterator)
+        first = asyncio.ensure_future(anext(chunks, None))
+        try:
+            await asyncio.wait({first}, timeout=HEADERS_WAIT_S)
+            start = {"type": "http.response.start", "status": self.status_code}
+            await send({**start, "headers": self.raw_headers})
+            chunk = await first
+        finally:
+            first.cancel()  # only while its reader is cancelled itself
+        while chunk is not None:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            chunk = await anext(chunks, None)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
