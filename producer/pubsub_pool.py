@@ -44,14 +44,9 @@ class PubSubPool:
         """Connections waiting for a stream."""
         return len(self._idle)
 
-    async def take(self, channel: str) -> PubSub:
-        """A pub/sub object with ``channel``'s SUBSCRIBE sent, its confirmation unread;
-        hand it to :meth:`subscribed` or :meth:`give_back`.
-
-        On a kept connection this only writes the command: a caller can subscribe to a
-        stream before the job that will publish on it exists, and do that work while
-        Redis answers. Raises ``redis.RedisError`` if Redis cannot be reached.
-        """
+    async def _take(self, channel: str) -> PubSub:
+        """A kept (or new) pub/sub object with ``channel``'s SUBSCRIBE sent, its
+        confirmation unread. Raises ``redis.RedisError`` if Redis cannot be reached."""
         pubsub = self._idle.pop() if self._idle else self._client.pubsub()
         try:
             await pubsub.subscribe(channel)
@@ -65,7 +60,7 @@ class PubSubPool:
         it hears everything published there. None if Redis fails or does not confirm
         within ``timeout`` seconds (a reader subscribes later, and reports it then)."""
         try:
-            pubsub = await self.take(channel)
+            pubsub = await self._take(channel)
         except redis.RedisError:
             return None
         try:
@@ -84,15 +79,14 @@ class PubSubPool:
     async def subscribed(
         self, channel: str, *, taken: PubSub | None = None
     ) -> AsyncIterator[PubSub]:
-        """A pub/sub object subscribed to ``channel``: ``taken`` (from :meth:`take` or
-        :meth:`confirmed` for this channel) or a new subscription, its confirmation
-        still to read.
+        """A pub/sub object subscribed to ``channel``: ``taken`` (from :meth:`confirmed`
+        for this channel) or a new subscription, its confirmation still to read.
 
         Raises ``redis.RedisError`` if Redis cannot be reached. A block that ends with an
         exception (a lost connection, a cancelled stream) closes the connection: what is
         left unread on it is unknown.
         """
-        pubsub = taken if taken is not None else await self.take(channel)
+        pubsub = taken if taken is not None else await self._take(channel)
         try:
             yield pubsub
         except BaseException:
@@ -137,8 +131,8 @@ class SyncPubSubPool:
         """Connections waiting for a stream."""
         return len(self._idle)
 
-    def take(self, channel: str) -> SyncPubSub:
-        """See :meth:`PubSubPool.take`."""
+    def _take(self, channel: str) -> SyncPubSub:
+        """See :meth:`PubSubPool._take`."""
         with self._lock:
             pubsub = self._idle.pop() if self._idle else self._client.pubsub()
         try:
@@ -151,7 +145,7 @@ class SyncPubSubPool:
     def confirmed(self, channel: str, timeout: float = CONFIRM_WAIT_S) -> SyncPubSub | None:
         """See :meth:`PubSubPool.confirmed`."""
         try:
-            pubsub = self.take(channel)
+            pubsub = self._take(channel)
         except redis.RedisError:
             return None
         try:
@@ -169,7 +163,7 @@ class SyncPubSubPool:
     @contextlib.contextmanager
     def subscribed(self, channel: str, *, taken: SyncPubSub | None = None) -> Iterator[SyncPubSub]:
         """See :meth:`PubSubPool.subscribed`."""
-        pubsub = taken if taken is not None else self.take(channel)
+        pubsub = taken if taken is not None else self._take(channel)
         try:
             yield pubsub
         except BaseException:

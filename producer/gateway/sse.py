@@ -110,7 +110,7 @@ class SseResponse(StreamingResponse):
             await send({**start, "headers": self.raw_headers})
             chunk = await first
         finally:
-            first.cancel()  # only while its reader is cancelled itself
+            first.cancel()  # a no-op once read: it stops the read only on a failure
         while chunk is not None:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
             chunk = await anext(chunks, None)
