@@ -51,9 +51,26 @@ class EventLog:
         appends twice. Returns None once appended, else the log's length (nothing
         written). Raises ``redis.RedisError``.
         """
-        length = int(
+        return self.appended(
             self._append(keys=[self._key, self._channel], args=[seq, payload, self._ttl_s])
         )
+
+    def queue_append(self, pipe: redis.client.Pipeline, seq: int, payload: str) -> None:
+        """:meth:`append` as one command of ``pipe``, whose reply :meth:`appended` reads.
+
+        Sent by the script's digest alone: Redis answers ``NoScriptError`` after a
+        restart (nothing appended), and :meth:`load_script` mends that.
+        """
+        pipe.evalsha(self._append.sha, 2, self._key, self._channel, seq, payload, self._ttl_s)
+
+    def load_script(self) -> None:
+        """Load the append script into Redis (after a restart emptied its script cache)."""
+        self._redis.script_load(APPEND_EVENT)
+
+    @staticmethod
+    def appended(reply: object) -> int | None:
+        """An append's reply: None once appended, else the log's length."""
+        length = int(reply)  # type: ignore[call-overload]
         return None if length < 0 else length
 
     def append_next(self, make: Callable[[int], AnyEvent]) -> AnyEvent:

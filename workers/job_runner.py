@@ -85,7 +85,9 @@ def run_job(runtime: WorkerRuntime, job_id: str, hint: JobHint | None = None) ->
 
 def _run_claimed(runtime: WorkerRuntime, claimed: ClaimedJob, early: EarlyStart | None) -> None:
     job_id = claimed.id
-    publisher = StreamPublisher(runtime.redis, job_id, ttl_s=runtime.settings.replay_ttl_s)
+    publisher = StreamPublisher(
+        runtime.redis, job_id, ttl_s=runtime.settings.replay_ttl_s, combiner=runtime.appends
+    )
     running = runtime.running.start(
         job_id, early.running if early is not None else None, priority=claimed.priority
     )

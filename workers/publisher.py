@@ -16,6 +16,7 @@ from schemas.events import (
 from schemas.jobs import JobStatus
 from schemas.retry import retry_call
 from schemas.stream_log import EventLog
+from workers.append_combiner import AppendCombiner
 
 # A Redis restart or failover takes seconds; events wait for it in order rather than
 # failing a job whose generation is fine.
@@ -26,13 +27,23 @@ class StreamPublisher:
     """Numbers a job's events and publishes each to the log, then to pub/sub.
 
     The list index of an event equals its sequence number, which is what lets a
-    reader replay from any point. One round trip per event. Every payload is also
-    kept here, so a log that a Redis restart emptied is written again in full.
-    Only one attempt of a job publishes at a time (the claim sees to that).
+    reader replay from any point. One round trip per event, or with ``combiner``
+    (the worker's jobs share one), one per event of every job publishing at that
+    moment. Every payload is also kept here, so a log that a Redis restart emptied is
+    written again in full. Only one attempt of a job publishes at a time (the claim
+    sees to that).
     """
 
-    def __init__(self, client: redis.Redis, job_id: str, *, ttl_s: int) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        job_id: str,
+        *,
+        ttl_s: int,
+        combiner: AppendCombiner | None = None,
+    ) -> None:
         self._log = EventLog(client, job_id, ttl_s=ttl_s)
+        self._combiner = combiner
         self._sent: list[str] = []
 
     @property
@@ -89,6 +100,9 @@ class StreamPublisher:
 
     def _emit(self, payload: str) -> None:
         self._sent.append(payload)
+        if self._combiner is not None:
+            self._combiner.append(self._log, self._sent)
+            return
         retry_call(
             self._append_latest,
             delays=PUBLISH_RETRY_DELAYS_S,

@@ -21,6 +21,7 @@ from schemas.prompt_registry import PromptCatalog
 from schemas.queues import GENERATE_TASK, Priority, Tier, job_message, queue_name, tier_queues
 from schemas.settings import Settings
 from workers.app import LlmqCelery, make_app, start_on_receipt_of
+from workers.append_combiner import AppendCombiner
 from workers.background import BackgroundLoop
 from workers.capacity import SlotGate, SlotShares, install_gate, slot_shares
 from workers.cpu_pinning import pin_off_compute_cores
@@ -28,6 +29,7 @@ from workers.engine.vllm import VllmEngine
 from workers.engine_watch import EngineWatch
 from workers.metrics import WorkerMetrics
 from workers.models import resolve_model
+from workers.publisher import PUBLISH_RETRY_DELAYS_S
 from workers.reaper import Reaper, ReaperThread
 from workers.registry import WorkerRegistration
 from workers.running_jobs import CancelListener
@@ -123,6 +125,7 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
             prompts=PromptCatalog(settings.prompts_dir),
             on_engine_dead=stop_this_worker,
             resend=_sender(app),
+            appends=AppendCombiner(client, retry_delays_s=PUBLISH_RETRY_DELAYS_S),
             metrics=WorkerMetrics(
                 tier=options.tier.value, slots=concurrency, in_flight=engine.in_flight
             ),

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from schemas.prompt_registry import PromptCatalog
 from schemas.queues import Priority, Tier
 from schemas.settings import Settings
+from workers.append_combiner import AppendCombiner
 from workers.deferred_writes import DeferredWrites
 from workers.engine.base import Engine
 from workers.metrics import WorkerMetrics
@@ -47,3 +48,5 @@ class WorkerRuntime:
     """A job's end the database refused through every retry, until it takes it."""
     received: ReceivedStarts[EarlyStart] = field(default_factory=ReceivedStarts)
     """Engine requests started as their messages arrived, until their tasks take them."""
+    appends: AppendCombiner | None = None
+    """Combines the jobs' stream events into one round trip (None: one each)."""

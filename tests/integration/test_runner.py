@@ -23,8 +23,10 @@ from schemas.jobs import JobStatus
 from schemas.prompt_registry import PromptCatalog
 from schemas.queues import Tier, event_log_key
 from schemas.settings import Settings
+from workers.append_combiner import AppendCombiner
 from workers.engine.base import BACKGROUND_PRIORITY, INTERACTIVE_PRIORITY, Delta, SamplingOptions
 from workers.job_runner import run_job
+from workers.publisher import PUBLISH_RETRY_DELAYS_S
 from workers.worker_runtime import WorkerRuntime
 
 pytestmark = pytest.mark.integration
@@ -86,14 +88,17 @@ class ScriptedEngine:
 
 
 def runtime_for(settings: Settings, engine: ScriptedEngine) -> WorkerRuntime:
+    """A worker's runtime around ``engine``, its stream events combined as a worker's are."""
+    client = redis.Redis.from_url(settings.broker_url)
     return WorkerRuntime(
         settings=settings,
         tier=Tier.SMALL,
         worker_id="small-test@host",
         engine=engine,
-        redis=redis.Redis.from_url(settings.broker_url),
+        redis=client,
         sessions=make_sessions(make_engine(settings.database_url)),
         prompts=PromptCatalog(settings.prompts_dir),
+        appends=AppendCombiner(client, retry_delays_s=PUBLISH_RETRY_DELAYS_S),
     )
 
 
