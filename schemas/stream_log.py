@@ -52,26 +52,31 @@ class EventLog:
         written). Raises ``redis.RedisError``.
         """
         return self.appended(
-            self._append(keys=[self._key, self._channel], args=[seq, payload, self._ttl_s])
+            int(self._append(keys=[self._key, self._channel], args=[seq, payload, self._ttl_s]))
         )
 
-    def queue_append(self, pipe: redis.client.Pipeline, seq: int, payload: str) -> None:
-        """:meth:`append` as one command of ``pipe``, whose reply :meth:`appended` reads.
+    def append_or_restore(self, sent: Sequence[str]) -> None:
+        """Append ``sent[-1]`` as event ``len(sent) - 1``, after writing back whatever
+        of ``sent`` a restarted Redis lost; one round trip when nothing was lost.
 
-        Sent by the script's digest alone: Redis answers ``NoScriptError`` after a
-        restart (nothing appended), and :meth:`load_script` mends that.
+        Safe to retry whole: the append writes only at the event's own number, and the
+        write-back happens only after an append found the log short.
+        Raises ``redis.RedisError``.
         """
+        index = len(sent) - 1
+        length = self.append(index, sent[index])
+        if length is not None and length < index:
+            self.restore(sent[length:])
+
+    def queue_append(self, pipe: redis.client.Pipeline, seq: int, payload: str) -> None:
+        """:meth:`append` as one command of ``pipe``, whose reply :meth:`appended` reads
+        (or an error: ``NoScriptError`` from a Redis that lost its scripts)."""
         pipe.evalsha(self._append.sha, 2, self._key, self._channel, seq, payload, self._ttl_s)
 
-    def load_script(self) -> None:
-        """Load the append script into Redis (after a restart emptied its script cache)."""
-        self._redis.script_load(APPEND_EVENT)
-
     @staticmethod
-    def appended(reply: object) -> int | None:
+    def appended(reply: int) -> int | None:
         """An append's reply: None once appended, else the log's length."""
-        length = int(reply)  # type: ignore[call-overload]
-        return None if length < 0 else length
+        return None if reply < 0 else reply
 
     def append_next(self, make: Callable[[int], AnyEvent]) -> AnyEvent:
         """Append ``make(n)`` where ``n`` is the log's length; returns the event written.

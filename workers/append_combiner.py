@@ -11,19 +11,22 @@ A lone stream sends its own event at once, as before; sixteen streams take two r
 trips per step instead of sixteen.
 
 The guarantees are the publisher's own: an event returns only once it is appended at
-its own index (a retried pipeline appends nothing twice, and a log that a restarted
-Redis lost is written again from the job's copy), and a Redis outage is ridden out on
-the same schedule, then raised in the thread whose event it was.
+its own index (a resent event appends nothing twice, and a log that a restarted Redis
+lost is written again from the job's copy), and an error is raised in the thread whose
+event it was. A pipeline that cannot reach Redis is retried whole on the publisher's
+schedule; an event that one job's log refuses is retried alone, so it holds back no
+other job. While a pipeline is retried, events that arrive wait for it (Redis is down
+for them too), so in an outage an event may wait up to two schedules.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import redis
-from redis.exceptions import NoScriptError
 
 from schemas.retry import retry_call
 from schemas.stream_log import EventLog
@@ -35,18 +38,18 @@ class _Append:
 
     log: EventLog
     sent: Sequence[str]
-    """Every event of the job, this one at ``index`` (its thread waits: nothing is added)."""
-    index: int
+    """Every event of the job, this one last (its thread waits: nothing is added)."""
     done: bool = False
     error: redis.RedisError | None = None
 
     @property
-    def payload(self) -> str:
-        return self.sent[self.index]
+    def index(self) -> int:
+        return len(self.sent) - 1
 
 
 class AppendCombiner:
-    """Combines concurrent ``EventLog`` appends of one Redis client into pipelines."""
+    """Combines concurrent ``EventLog`` appends into pipelines on ``client``, the
+    Redis client every combined log was made with."""
 
     def __init__(self, client: redis.Redis, *, retry_delays_s: Sequence[float]) -> None:
         self._client = client
@@ -59,73 +62,87 @@ class AppendCombiner:
     def append(self, log: EventLog, sent: Sequence[str]) -> None:
         """Append ``sent[-1]`` as event ``len(sent) - 1`` of ``log`` and publish it;
         returns once it is in Redis. Raises ``redis.RedisError`` once retries ran out."""
-        item = _Append(log, sent, len(sent) - 1)
+        item = _Append(log, sent)
         with self._lock:
             self._waiting.append(item)
-        while not self._take_turn(item):
-            pass
+        while not item.done:
+            batch = self._next_batch(item)
+            if batch:
+                self._send_batch(batch)
         if item.error is not None:
-            raise item.error
+            # A copy per thread: the same error object raised in many threads would
+            # carry all their tracebacks.
+            raise copy.copy(item.error) from item.error
 
-    def _take_turn(self, item: _Append) -> bool:
-        """Send what waits if nobody is sending, else wait for the sender; True once
-        ``item`` is done."""
+    def _next_batch(self, item: _Append) -> list[_Append]:
+        """Once nobody is sending: everything waiting, to send now; [] if ``item`` was
+        sent meanwhile."""
         with self._lock:
-            while self._sending and not item.done:
-                self._turn.wait()
+            self._turn.wait_for(lambda: item.done or not self._sending)
             if item.done:
-                return True
+                return []
             self._sending = True
             batch, self._waiting = self._waiting, []
+            return batch
+
+    def _send_batch(self, batch: list[_Append]) -> None:
         try:
             self._send(batch)
+        except BaseException:
+            # The sender itself is stopping (an interrupt, a bug): what it did not get
+            # to goes back first in line for the next sender.
+            with self._lock:
+                self._waiting[:0] = [item for item in batch if not item.done]
+            raise
         finally:
             with self._lock:
                 self._sending = False
                 self._turn.notify_all()
-        return item.done
 
     def _send(self, batch: list[_Append]) -> None:
-        """Append every event of ``batch`` (in order), marking each done or failed."""
+        """Append every event of ``batch`` in order, marking each done (or failed)."""
         try:
-            lengths = retry_call(
-                lambda: self._append_all(batch),
+            replies = retry_call(
+                lambda: self._pipelined(batch),
                 delays=self._retry_delays_s,
                 retry_on=redis.RedisError,
                 what="publish stream events",
             )
         except redis.RedisError as exc:
-            lengths = [None] * len(batch)
             for item in batch:
                 item.error = exc
-        for item, length in zip(batch, lengths, strict=True):
-            if item.error is None and length is not None and length < item.index:
-                self._restore(item, length)
+                item.done = True
+            return
+        for item, reply in zip(batch, replies, strict=True):
+            if not _landed(item, reply):
+                # Refused (a lost script or log, this job's key): alone, on the schedule.
+                self._append_alone(item)
             item.done = True
 
-    def _append_all(self, batch: list[_Append]) -> list[int | None]:
+    def _pipelined(self, batch: list[_Append]) -> list[object]:
+        """Every event's append in one round trip; each reply, or the error of its own."""
         if len(batch) == 1:  # a lone stream: no pipeline to build
-            return [batch[0].log.append(batch[0].index, batch[0].payload)]
-        try:
-            return self._pipelined(batch)
-        except NoScriptError:  # a restarted Redis forgot the script; nothing was appended
-            batch[0].log.load_script()
-            return self._pipelined(batch)
-
-    def _pipelined(self, batch: list[_Append]) -> list[int | None]:
+            item = batch[0]
+            return [item.log.append(item.index, item.sent[-1])]
         pipe = self._client.pipeline(transaction=False)
         for item in batch:
-            item.log.queue_append(pipe, item.index, item.payload)
-        return [EventLog.appended(reply) for reply in pipe.execute()]
+            item.log.queue_append(pipe, item.index, item.sent[-1])
+        replies: list[object] = pipe.execute(raise_on_error=False)
+        return [EventLog.appended(reply) if isinstance(reply, int) else reply for reply in replies]
 
-    def _restore(self, item: _Append, length: int) -> None:
-        """Write back the events a restarted Redis lost (the log holds ``length``)."""
+    def _append_alone(self, item: _Append) -> None:
         try:
             retry_call(
-                lambda: item.log.restore(item.sent[length : item.index + 1]),
+                lambda: item.log.append_or_restore(item.sent),
                 delays=self._retry_delays_s,
                 retry_on=redis.RedisError,
-                what="restore a stream's log",
+                what="publish a stream event",
             )
         except redis.RedisError as exc:
             item.error = exc
+
+
+def _landed(item: _Append, reply: object) -> bool:
+    """Whether ``reply`` says the event is in its log: appended now (None), or the log
+    is already past it (a resent pipeline)."""
+    return reply is None or (isinstance(reply, int) and reply > item.index)

@@ -104,20 +104,8 @@ class StreamPublisher:
             self._combiner.append(self._log, self._sent)
             return
         retry_call(
-            self._append_latest,
+            lambda: self._log.append_or_restore(self._sent),
             delays=PUBLISH_RETRY_DELAYS_S,
             retry_on=redis.RedisError,
             what="publish a stream event",
         )
-
-    def _append_latest(self) -> None:
-        """Append the newest event at its own index, publish it; one round trip.
-
-        The log appends only at the event's own number, so a retried call cannot append
-        twice; when a restarted Redis lost the list, the missing events are written
-        again first.
-        """
-        index = len(self._sent) - 1
-        length = self._log.append(index, self._sent[index])
-        if length is not None and length < index:
-            self._log.restore(self._sent[length:])

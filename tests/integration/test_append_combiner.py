@@ -27,8 +27,10 @@ TOKENS = 20
 class CountingCombiner(AppendCombiner):
     """Counts the round trips (one per batch sent)."""
 
-    def __init__(self, client: redis.Redis) -> None:
-        super().__init__(client, retry_delays_s=(0.1, 0.25, 0.5, 1.0, 2.0))
+    def __init__(
+        self, client: redis.Redis, retry_delays_s: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0)
+    ) -> None:
+        super().__init__(client, retry_delays_s=retry_delays_s)
         self.batches: list[int] = []
 
     def _send(self, batch: list[_Append]) -> None:
@@ -58,7 +60,7 @@ def run_streams(
             publisher.token(f"{job_id}-{i}")
         publisher.error("end")
 
-    threads = [threading.Thread(target=run, args=(job_id,)) for job_id in jobs]
+    threads = [threading.Thread(target=run, args=(job_id,), daemon=True) for job_id in jobs]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -112,13 +114,14 @@ def test_a_restart_mid_stream_loses_no_combined_event(tmp_path: Path) -> None:
             kwargs={"halfway": halfway, "go_on": go_on},
         )
         streams.start()
-        halfway.wait(timeout=30)  # every stream has sent half of its tokens
+        halfway.wait(timeout=30)  # every stream has sent half of its tokens (or this raises)
         restart = threading.Thread(target=server.restart, kwargs={"down_s": 1.0})
         restart.start()
         wait_until_down(server.url)
         go_on.set()  # the rest go while Redis is down, then after it is back
         restart.join()
         streams.join(timeout=60)
+        assert not streams.is_alive()
         for job_id in jobs:
             assert logged_texts(client, job_id) == [f"{job_id}-{i}" for i in range(TOKENS)]
     finally:
@@ -134,7 +137,7 @@ def test_a_combined_batch_loads_the_script_a_restarted_redis_forgot(tmp_path: Pa
         logs = [EventLog(client, job_id, ttl_s=60) for job_id in ("s1", "s2")]
         sent = [TokenEvent(seq=0, text="a").model_dump_json()]
         client.script_flush()
-        batch = [_Append(log, sent, 0) for log in logs]
+        batch = [_Append(log, sent) for log in logs]
         combiner._send(batch)
         assert all(item.done and item.error is None for item in batch)
         assert [log.entries() for log in logs] == [sent, sent]
@@ -155,7 +158,7 @@ def test_an_outage_past_every_retry_raises_in_each_waiting_thread() -> None:
         except redis.RedisError as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=run, args=(f"down-{n}",)) for n in range(4)]
+    threads = [threading.Thread(target=run, args=(f"down-{n}",), daemon=True) for n in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -165,3 +168,83 @@ def test_an_outage_past_every_retry_raises_in_each_waiting_thread() -> None:
     # Nothing is left holding the combiner: the next event is tried (and fails) too.
     with pytest.raises(redis.ConnectionError):
         StreamPublisher(client, "down-later", ttl_s=60, combiner=combiner).token("b")
+
+
+def test_one_jobs_refused_log_fails_that_job_alone(integration_settings: Settings) -> None:
+    client = redis.Redis.from_url(integration_settings.broker_url)
+    combiner = CountingCombiner(client, retry_delays_s=(0.01,))
+    jobs = [f"refused-{n}" for n in range(6)]
+    client.set(event_log_key(jobs[0]), "not a list")  # every append to it is refused
+    errors: dict[str, BaseException] = {}
+    start = threading.Barrier(len(jobs))
+
+    def run(job_id: str) -> None:
+        publisher = StreamPublisher(client, job_id, ttl_s=60, combiner=combiner)
+        start.wait()
+        try:
+            for i in range(TOKENS):
+                publisher.token(f"{job_id}-{i}")
+        except redis.RedisError as exc:
+            errors[job_id] = exc
+
+    threads = [threading.Thread(target=run, args=(job_id,), daemon=True) for job_id in jobs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not any(thread.is_alive() for thread in threads)
+    assert list(errors) == [jobs[0]]
+    assert isinstance(errors[jobs[0]], redis.ResponseError)
+    for job_id in jobs[1:]:
+        assert EventLog(client, job_id, ttl_s=60).entries() == [
+            TokenEvent(seq=i, text=f"{job_id}-{i}").model_dump_json() for i in range(TOKENS)
+        ]
+    assert max(combiner.batches) > 1  # the refused job was combined with others
+
+
+class StoppingCombiner(CountingCombiner):
+    """Its first sender of several events stops mid-send (an interrupt, a bug)."""
+
+    stopped = False
+
+    def _send(self, batch: list[_Append]) -> None:
+        if len(batch) > 1 and not self.stopped:
+            self.stopped = True
+            raise RuntimeError("the sender stopped")
+        super()._send(batch)
+
+
+def test_a_sender_that_stops_leaves_the_others_events_to_the_next(
+    integration_settings: Settings,
+) -> None:
+    client = redis.Redis.from_url(integration_settings.broker_url)
+    combiner = StoppingCombiner(client)
+    jobs = [f"stopping-{n}" for n in range(8)]
+    stopped: list[str] = []
+    start = threading.Barrier(len(jobs))
+
+    def run(job_id: str) -> None:
+        publisher = StreamPublisher(client, job_id, ttl_s=60, combiner=combiner)
+        start.wait()
+        for i in range(TOKENS):
+            try:
+                publisher.token(f"{job_id}-{i}")
+            except RuntimeError:
+                stopped.append(job_id)
+                return
+
+    threads = [threading.Thread(target=run, args=(job_id,), daemon=True) for job_id in jobs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not any(thread.is_alive() for thread in threads)
+    assert combiner.stopped and len(stopped) == 1
+    for job_id in jobs:
+        entries = EventLog(client, job_id, ttl_s=60).entries()
+        # Every event sent, in order; the stopped thread's last one by a later sender.
+        count = TOKENS if job_id not in stopped else len(entries)
+        assert entries == [
+            TokenEvent(seq=i, text=f"{job_id}-{i}").model_dump_json() for i in range(count)
+        ]
+        assert count > 0
