@@ -31,6 +31,10 @@ import redis
 from schemas.retry import retry_call
 from schemas.stream_log import EventLog
 
+# A Redis restart or failover takes seconds; events wait for it in order rather than
+# failing a job whose generation is fine.
+PUBLISH_RETRY_DELAYS_S = (0.1, 0.25, 0.5, 1.0, 2.0, 2.0, 4.0, 4.0, 8.0, 8.0)
+
 
 @dataclass
 class _Append:
@@ -38,20 +42,24 @@ class _Append:
 
     log: EventLog
     sent: Sequence[str]
-    """Every event of the job, this one last (its thread waits: nothing is added)."""
+    """The job's events, this one at ``index`` (a job whose thread stopped while
+    sending may publish more before a later sender takes this one)."""
+    index: int
     done: bool = False
     error: redis.RedisError | None = None
 
     @property
-    def index(self) -> int:
-        return len(self.sent) - 1
+    def payload(self) -> str:
+        return self.sent[self.index]
 
 
 class AppendCombiner:
     """Combines concurrent ``EventLog`` appends into pipelines on ``client``, the
     Redis client every combined log was made with."""
 
-    def __init__(self, client: redis.Redis, *, retry_delays_s: Sequence[float]) -> None:
+    def __init__(
+        self, client: redis.Redis, *, retry_delays_s: Sequence[float] = PUBLISH_RETRY_DELAYS_S
+    ) -> None:
         self._client = client
         self._retry_delays_s = retry_delays_s
         self._lock = threading.Lock()
@@ -62,7 +70,7 @@ class AppendCombiner:
     def append(self, log: EventLog, sent: Sequence[str]) -> None:
         """Append ``sent[-1]`` as event ``len(sent) - 1`` of ``log`` and publish it;
         returns once it is in Redis. Raises ``redis.RedisError`` once retries ran out."""
-        item = _Append(log, sent)
+        item = _Append(log, sent, len(sent) - 1)
         with self._lock:
             self._waiting.append(item)
         while not item.done:
@@ -123,17 +131,17 @@ class AppendCombiner:
         """Every event's append in one round trip; each reply, or the error of its own."""
         if len(batch) == 1:  # a lone stream: no pipeline to build
             item = batch[0]
-            return [item.log.append(item.index, item.sent[-1])]
+            return [item.log.append(item.index, item.payload)]
         pipe = self._client.pipeline(transaction=False)
         for item in batch:
-            item.log.queue_append(pipe, item.index, item.sent[-1])
+            item.log.queue_append(pipe, item.index, item.payload)
         replies: list[object] = pipe.execute(raise_on_error=False)
         return [EventLog.appended(reply) if isinstance(reply, int) else reply for reply in replies]
 
     def _append_alone(self, item: _Append) -> None:
         try:
             retry_call(
-                lambda: item.log.append_or_restore(item.sent),
+                lambda: item.log.append_or_restore(item.sent[: item.index + 1]),
                 delays=self._retry_delays_s,
                 retry_on=redis.RedisError,
                 what="publish a stream event",

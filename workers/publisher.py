@@ -14,24 +14,19 @@ from schemas.events import (
     parse_event,
 )
 from schemas.jobs import JobStatus
-from schemas.retry import retry_call
 from schemas.stream_log import EventLog
 from workers.append_combiner import AppendCombiner
-
-# A Redis restart or failover takes seconds; events wait for it in order rather than
-# failing a job whose generation is fine.
-PUBLISH_RETRY_DELAYS_S = (0.1, 0.25, 0.5, 1.0, 2.0, 2.0, 4.0, 4.0, 8.0, 8.0)
 
 
 class StreamPublisher:
     """Numbers a job's events and publishes each to the log, then to pub/sub.
 
     The list index of an event equals its sequence number, which is what lets a
-    reader replay from any point. One round trip per event, or with ``combiner``
-    (the worker's jobs share one), one per event of every job publishing at that
-    moment. Every payload is also kept here, so a log that a Redis restart emptied is
-    written again in full. Only one attempt of a job publishes at a time (the claim
-    sees to that).
+    reader replay from any point. Events go through ``combiner`` (the worker's jobs
+    share one: one round trip for the next event of every job publishing at that
+    moment), or through one of the publisher's own (one round trip each). Every
+    payload is also kept here, so a log that a Redis restart emptied is written again
+    in full. Only one attempt of a job publishes at a time (the claim sees to that).
     """
 
     def __init__(
@@ -43,7 +38,7 @@ class StreamPublisher:
         combiner: AppendCombiner | None = None,
     ) -> None:
         self._log = EventLog(client, job_id, ttl_s=ttl_s)
-        self._combiner = combiner
+        self._combiner = combiner or AppendCombiner(client)
         self._sent: list[str] = []
 
     @property
@@ -100,12 +95,4 @@ class StreamPublisher:
 
     def _emit(self, payload: str) -> None:
         self._sent.append(payload)
-        if self._combiner is not None:
-            self._combiner.append(self._log, self._sent)
-            return
-        retry_call(
-            lambda: self._log.append_or_restore(self._sent),
-            delays=PUBLISH_RETRY_DELAYS_S,
-            retry_on=redis.RedisError,
-            what="publish a stream event",
-        )
+        self._combiner.append(self._log, self._sent)

@@ -29,7 +29,6 @@ from workers.engine.vllm import VllmEngine
 from workers.engine_watch import EngineWatch
 from workers.metrics import WorkerMetrics
 from workers.models import resolve_model
-from workers.publisher import PUBLISH_RETRY_DELAYS_S
 from workers.reaper import Reaper, ReaperThread
 from workers.registry import WorkerRegistration
 from workers.running_jobs import CancelListener
@@ -125,7 +124,7 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
             prompts=PromptCatalog(settings.prompts_dir),
             on_engine_dead=stop_this_worker,
             resend=_sender(app),
-            appends=AppendCombiner(client, retry_delays_s=PUBLISH_RETRY_DELAYS_S),
+            appends=AppendCombiner(client),
             metrics=WorkerMetrics(
                 tier=options.tier.value, slots=concurrency, in_flight=engine.in_flight
             ),

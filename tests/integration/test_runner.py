@@ -26,7 +26,6 @@ from schemas.settings import Settings
 from workers.append_combiner import AppendCombiner
 from workers.engine.base import BACKGROUND_PRIORITY, INTERACTIVE_PRIORITY, Delta, SamplingOptions
 from workers.job_runner import run_job
-from workers.publisher import PUBLISH_RETRY_DELAYS_S
 from workers.worker_runtime import WorkerRuntime
 
 pytestmark = pytest.mark.integration
@@ -98,7 +97,7 @@ def runtime_for(settings: Settings, engine: ScriptedEngine) -> WorkerRuntime:
         redis=client,
         sessions=make_sessions(make_engine(settings.database_url)),
         prompts=PromptCatalog(settings.prompts_dir),
-        appends=AppendCombiner(client, retry_delays_s=PUBLISH_RETRY_DELAYS_S),
+        appends=AppendCombiner(client),
     )
 
 
