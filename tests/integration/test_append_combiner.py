@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,17 @@ class CountingCombiner(AppendCombiner):
         super()._send(batch)
 
 
+def run_in_threads(run: Callable[[str], None], names: list[str], *, timeout_s: float) -> None:
+    """``run(name)`` for each name, each in a thread of its own; all must end in time
+    (daemon threads: one left hanging fails the test instead of holding pytest)."""
+    threads = [threading.Thread(target=run, args=(name,), daemon=True) for name in names]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout_s)
+    assert not any(thread.is_alive() for thread in threads)
+
+
 def run_streams(
     client: redis.Redis,
     combiner: AppendCombiner,
@@ -60,12 +72,7 @@ def run_streams(
             publisher.token(f"{job_id}-{i}")
         publisher.error("end")
 
-    threads = [threading.Thread(target=run, args=(job_id,), daemon=True) for job_id in jobs]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert not any(thread.is_alive() for thread in threads)
+    run_in_threads(run, jobs, timeout_s=60)
 
 
 def logged_texts(client: redis.Redis, job_id: str) -> list[str]:
@@ -137,7 +144,7 @@ def test_a_combined_batch_loads_the_script_a_restarted_redis_forgot(tmp_path: Pa
         logs = [EventLog(client, job_id, ttl_s=60) for job_id in ("s1", "s2")]
         sent = [TokenEvent(seq=0, text="a").model_dump_json()]
         client.script_flush()
-        batch = [_Append(log, sent) for log in logs]
+        batch = [_Append(log, sent, 0) for log in logs]
         combiner._send(batch)
         assert all(item.done and item.error is None for item in batch)
         assert [log.entries() for log in logs] == [sent, sent]
@@ -158,12 +165,7 @@ def test_an_outage_past_every_retry_raises_in_each_waiting_thread() -> None:
         except redis.RedisError as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=run, args=(f"down-{n}",), daemon=True) for n in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=10)
-    assert not any(thread.is_alive() for thread in threads)
+    run_in_threads(run, [f"down-{n}" for n in range(4)], timeout_s=10)
     assert len(errors) == 4
     # Nothing is left holding the combiner: the next event is tried (and fails) too.
     with pytest.raises(redis.ConnectionError):
@@ -187,12 +189,7 @@ def test_one_jobs_refused_log_fails_that_job_alone(integration_settings: Setting
         except redis.RedisError as exc:
             errors[job_id] = exc
 
-    threads = [threading.Thread(target=run, args=(job_id,), daemon=True) for job_id in jobs]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
-    assert not any(thread.is_alive() for thread in threads)
+    run_in_threads(run, jobs, timeout_s=30)
     assert list(errors) == [jobs[0]]
     assert isinstance(errors[jobs[0]], redis.ResponseError)
     for job_id in jobs[1:]:
@@ -233,12 +230,7 @@ def test_a_sender_that_stops_leaves_the_others_events_to_the_next(
                 stopped.append(job_id)
                 return
 
-    threads = [threading.Thread(target=run, args=(job_id,), daemon=True) for job_id in jobs]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
-    assert not any(thread.is_alive() for thread in threads)
+    run_in_threads(run, jobs, timeout_s=30)
     assert combiner.stopped and len(stopped) == 1
     for job_id in jobs:
         entries = EventLog(client, job_id, ttl_s=60).entries()
