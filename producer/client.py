@@ -16,6 +16,7 @@ from producer.jobs import (
     cancel_if_queued,
     check_database,
     delete_job,
+    fresh_job_id,
     insert_job,
     load_job,
     new_job_id,
@@ -26,13 +27,14 @@ from producer.pubsub_pool import SyncPubSub, SyncPubSubPool
 from producer.router.route import Router
 from producer.status import QueueDepth, queue_depths
 from producer.streams import Event, close_stream, read_events, request_cancel
-from producer.submission import RequestLike, prepare_submission
+from producer.submission import RequestLike, Submission, prepare_submission
 from schemas.boundary import broker_boundary
 from schemas.broker import redis_client as broker_client
 from schemas.db import make_engine, make_sessions
 from schemas.errors import job_ended
 from schemas.events import ErrorEvent, TerminalEvent, TokenEvent, is_terminal
 from schemas.jobs import CANCELLED_MESSAGE, JobResult, JobStatus
+from schemas.messages import JobMessage, celery_job_message
 from schemas.prompt_registry import PromptCatalog, PromptRegistry
 from schemas.queues import Priority, Tier, event_channel
 from schemas.settings import Settings
@@ -90,10 +92,14 @@ class Client:
     ) -> JobHandle:
         """Validate, route, record and enqueue ``request``; return at once with a handle.
 
-        ``request`` is text, a dict or a ``GenerationRequest``. The job row is committed
-        (status queued) before the message is published; if publishing fails (Redis
-        refuses, or the queue is at its depth limit) the row is removed, so nothing is
-        left half-enqueued. ``owner`` records who submitted it
+        ``request`` is text, a dict or a ``GenerationRequest``. Nothing is left
+        half-enqueued: the job row is committed (status queued) before the message is
+        published, and removed if publishing fails (Redis refuses, or the queue is at
+        its depth limit). A new interactive job whose message carries its request goes
+        the other way round, so its row's write is off the way to the first token: the
+        message first, then the row (the worker waits for it); if the row cannot be
+        written the message is taken back or, taken already, dropped by the worker.
+        ``owner`` records who submitted it
         (the gateway's API key id, or any namespace of up to 32 characters) and scopes
         ``idempotency_key``: the same owner, key and request return the same job; the
         same owner and key with a different request raise ``IdempotencyConflict``; another
@@ -172,11 +178,63 @@ class Client:
             prompts=self._prompts.registry,
             router=self.router,
         )
-        tier_ = submission.decision.tier
-        priority_ = submission.options.priority
         if require_warm_worker:
-            self._workers.require_warm(tier_)
-        job, created = insert_job(
+            self._workers.require_warm(submission.decision.tier)
+        message = self._message_first(submission, job_id)
+        if message is not None:
+            job = self._enqueue_then_record(submission, message)
+        else:
+            job = self._record_then_enqueue(submission, job_id)
+        return JobHandle(self, job.id, Tier(job.tier), Priority(job.priority))
+
+    def _message_first(self, submission: Submission, job_id: str | None) -> JobMessage | None:
+        """The job's message, when it may be sent before its row is written: a new job
+        (no idempotency key, which might name an existing one) whose message carries
+        its request, so the worker starts the engine on it and waits for the row."""
+        if submission.options.idempotency_key is not None:
+            return None
+        message = celery_job_message(
+            fresh_job_id(job_id),
+            submission.decision.tier,
+            submission.options.priority,
+            request=submission.request.model_dump(mode="json"),
+        )
+        return message if message.carries_request else None
+
+    def _enqueue_then_record(self, submission: Submission, message: JobMessage) -> Job:
+        """Push ``message``, then write its row: the row's write (a database round trip)
+        overlaps the worker's start on the engine instead of delaying it. If the write
+        fails the message is taken back; one a worker took already finds no row, waits
+        for it (``workers.jobs.claim_job``) and is dropped: nothing runs."""
+        self._enqueuer.push(message, max_depth=self._max_depth(submission))
+        try:
+            job, _created = self._insert(submission, message.job_id)
+        except BaseException:
+            self._enqueuer.withdraw(message)
+            raise
+        return job
+
+    def _record_then_enqueue(self, submission: Submission, job_id: str | None) -> Job:
+        """Write the row, then push its message; the row is removed if the push fails."""
+        job, created = self._insert(submission, job_id)
+        if created:
+            try:
+                self._enqueuer.enqueue(
+                    job.id,
+                    tier=submission.decision.tier,
+                    priority=submission.options.priority,
+                    max_depth=self._max_depth(submission),
+                    # The stored request: the message may carry a copy (interactive
+                    # jobs; schemas.messages decides) for the worker to start on.
+                    request=job.request,
+                )
+            except BaseException:  # nothing is left half-enqueued, whatever stopped it
+                delete_job(self._sessions, job.id)
+                raise
+        return job
+
+    def _insert(self, submission: Submission, job_id: str | None) -> tuple[Job, bool]:
+        return insert_job(
             self._sessions,
             owner=submission.options.owner,
             request_hash=submission.request_hash,
@@ -187,21 +245,10 @@ class Client:
             deadline_s=submission.options.deadline_s,
             job_id=job_id,
         )
-        if created:
-            try:
-                self._enqueuer.enqueue(
-                    job.id,
-                    tier=tier_,
-                    priority=priority_,
-                    max_depth=self.settings.tier(tier_).max_queue_depth.get(priority_),
-                    # The stored request: the message may carry a copy (interactive
-                    # jobs; schemas.messages decides) for the worker to start on.
-                    request=job.request,
-                )
-            except BaseException:  # nothing is left half-enqueued, whatever stopped it
-                delete_job(self._sessions, job.id)
-                raise
-        return JobHandle(self, job.id, Tier(job.tier), Priority(job.priority))
+
+    def _max_depth(self, submission: Submission) -> int | None:
+        tier = self.settings.tier(submission.decision.tier)
+        return tier.max_queue_depth.get(submission.options.priority)
 
     def warm(self) -> None:
         """Pay one-time costs now: tokenizers, Redis, broker and database connections.

@@ -15,8 +15,8 @@ from celery import Celery
 
 from producer.admission import queue_full
 from schemas.boundary import broker_boundary
-from schemas.messages import celery_job_message
-from schemas.queues import Priority, Tier, celery_config, kombu_queues, queue_name
+from schemas.messages import JobMessage, celery_job_message
+from schemas.queues import Priority, Tier, celery_config, kombu_queues
 from schemas.settings import Settings
 
 # KEYS[1]: the queue. ARGV: the message, the depth limit (-1: none). The depth check and
@@ -55,20 +55,32 @@ class Enqueuer:
         priority: Priority,
         max_depth: int | None = None,
         request: dict[str, Any] | None = None,
-    ) -> None:
+    ) -> JobMessage:
         """Publish one job; raises ``QueueFull`` when its queue already holds ``max_depth``
         messages (nothing is pushed), ``BrokerUnavailable`` if Redis cannot take it.
 
         ``request``, the job's stored request, lets a worker start an interactive job
         while it claims the row (see ``schemas.messages``).
         """
-        queue = queue_name(tier, priority)
         message = celery_job_message(job_id, tier, priority, request=request)
-        with broker_boundary(f"enqueue on {queue}", then="nothing was enqueued"):
+        self.push(message, max_depth=max_depth)
+        return message
+
+    def push(self, message: JobMessage, *, max_depth: int | None = None) -> None:
+        """Push ``message`` on its queue; raises as :meth:`enqueue` does."""
+        with broker_boundary(f"enqueue on {message.queue}", then="nothing was enqueued"):
             limit = -1 if max_depth is None else max_depth
-            depth = int(self._push_if_room(keys=[queue], args=[message, limit]))
+            depth = int(self._push_if_room(keys=[message.queue], args=[message.text, limit]))
         if depth < 0:
-            raise queue_full(queue, -depth - 1, max_depth or 0)
+            raise queue_full(message.queue, -depth - 1, max_depth or 0)
+
+    def withdraw(self, message: JobMessage) -> bool:
+        """Take ``message`` back off its queue if no worker has taken it yet; True if it
+        was. Best effort: False too when Redis cannot be reached."""
+        try:
+            return bool(self._redis.lrem(message.queue, 1, message.text))
+        except redis.RedisError:
+            return False
 
     def connect(self) -> None:
         """Open the broker connection now; raises ``BrokerUnavailable``."""

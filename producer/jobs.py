@@ -27,8 +27,9 @@ def new_job_id() -> str:
     return uuid.uuid4().hex
 
 
-def _fresh_id(job_id: str | None) -> str:
-    """``job_id`` if it has :func:`new_job_id`'s form, a new id if None."""
+def fresh_job_id(job_id: str | None) -> str:
+    """``job_id`` if it has :func:`new_job_id`'s form, a new id if None; raises
+    ``InvalidRequest`` for any other id."""
     if job_id is None:
         return new_job_id()
     if not _JOB_ID_FORM.fullmatch(job_id):
@@ -60,7 +61,7 @@ def insert_job(
     :func:`new_job_id`) or a fresh id.
     """
     job = Job(
-        id=_fresh_id(job_id),
+        id=fresh_job_id(job_id),
         idempotency_key=idempotency_key,
         idempotency_scope=owner or "",
         request_hash=request_hash,

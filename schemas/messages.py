@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from schemas.queues import GENERATE_TASK, Priority, Tier, queue_name
@@ -27,9 +28,21 @@ _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
 MAX_REQUEST_COPY_BYTES = 8192
 
 
+@dataclass(frozen=True)
+class JobMessage:
+    """A job's message, ready to push on its queue."""
+
+    job_id: str
+    queue: str
+    text: str
+    carries_request: bool
+    """Whether it carries the job's request (``job_hint``): a worker then waits briefly
+    for a row that is not written yet, so such a message may be sent before its row."""
+
+
 def celery_job_message(
     job_id: str, tier: Tier, priority: Priority, *, request: dict[str, Any] | None = None
-) -> str:
+) -> JobMessage:
     """The message ``send_task(GENERATE_TASK, args=[job_id], task_id=job_id)`` would send
     to the job's queue, serialized as kombu's Redis transport stores it.
 
@@ -78,7 +91,9 @@ def celery_job_message(
             "delivery_tag": str(uuid.uuid4()),
         },
     }
-    return json.dumps(message)
+    return JobMessage(
+        job_id=job_id, queue=queue, text=json.dumps(message), carries_request=bool(kwargs)
+    )
 
 
 def job_hint(request: dict[str, Any] | None, priority: Priority) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from workers.early_start import EarlyStart, JobHint, start_early
 from workers.engine.base import DeltaStream
 from workers.job_input import chat_messages, check_context, parse_request, sampling_options
 from workers.jobs import (
+    ROW_WAIT_S,
     ClaimedJob,
     claim_job,
     fail_job,
@@ -57,18 +58,24 @@ class Generation:
 def run_job(runtime: WorkerRuntime, job_id: str, hint: JobHint | None = None) -> None:
     """Run job ``job_id`` to its end. Never raises for a problem of the job itself.
 
-    A job that is not queued (unknown, running elsewhere, ended) is skipped. With the
-    message's ``hint``, the engine starts on the job while its row is claimed
-    (``workers.early_start``), unless it did already when the message was received
-    (``workers.received_starts``). A later attempt goes on from the text earlier
-    attempts streamed. A failure becomes a failed row and an error event naming the
-    problem, and the worker goes on serving. A cancel or the job's deadline aborts the
-    generation and records why.
+    A job that is not queued (running elsewhere, ended) is skipped, and so is one
+    whose row never comes (with a ``hint`` the row may still be on its way, and is
+    waited for: ``workers.jobs.ROW_WAIT_S``). With the message's ``hint``, the engine
+    starts on the job while its row is claimed (``workers.early_start``), unless it
+    did already when the message was received (``workers.received_starts``). A later
+    attempt goes on from the text earlier attempts streamed. A failure becomes a failed
+    row and an error event naming the problem, and the worker goes on serving. A cancel
+    or the job's deadline aborts the generation and records why.
     """
     early = runtime.received.take(job_id) or start_early(runtime, job_id, hint)
     try:
         claimed = claim_job(
-            runtime.sessions, job_id, runtime.worker_id, engine_warm=runtime.warm.is_set()
+            runtime.sessions,
+            job_id,
+            runtime.worker_id,
+            engine_warm=runtime.warm.is_set(),
+            # A message that carries its request may be sent before its row is written.
+            row_wait_s=ROW_WAIT_S if hint is not None else 0.0,
         )
     except BaseException:
         if early is not None:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeGuard
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -48,8 +49,23 @@ class ClaimedJob:
         return self.queue_wait_ms + (time.monotonic() - self.claimed_monotonic) * 1000.0
 
 
+# A producer writes the row of a message that carries its request right after pushing
+# the message (producer.client); a worker that gets there first polls for it this
+# long: SQLite's busy timeout, the longest a healthy insert waits for its lock. A row
+# written later still runs: the reaper re-sends a queued row that has no message.
+ROW_WAIT_S = 30.0
+ROW_POLL_DELAYS_S = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5)
+ROW_POLL_MAX_DELAY_S = 1.0
+
+
 def claim_job(
-    sessions: sessionmaker[Session], job_id: str, worker_id: str, *, engine_warm: bool = True
+    sessions: sessionmaker[Session],
+    job_id: str,
+    worker_id: str,
+    *,
+    engine_warm: bool = True,
+    row_wait_s: float = 0.0,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> ClaimedJob | None:
     """Mark a queued job running on this worker; None if it is not queued.
 
@@ -59,7 +75,37 @@ def claim_job(
     round trip: it sits on every job's path to its first token. ``created_at``,
     ``started_at`` and ``deadline_at`` all come from the database's clock, so the queue
     wait and the time left are right whatever this host's clock says.
+
+    With ``row_wait_s``, a job with no row yet is waited for that long, its existence
+    polled, then claimed; None if no row came.
     """
+    claimed = _claim(sessions, job_id, worker_id, engine_warm=engine_warm)
+    if claimed is not None or row_wait_s <= 0 or _row_exists(sessions, job_id):
+        return claimed
+    waited, polls = 0.0, _row_polls()
+    while waited < row_wait_s:
+        delay = next(polls)
+        sleep(delay)
+        waited += delay
+        if _row_exists(sessions, job_id):
+            return _claim(sessions, job_id, worker_id, engine_warm=engine_warm)
+    log.warning("job %s has no row %.0f s after its message; dropping it", job_id, waited)
+    return None
+
+
+def _row_polls() -> Iterator[float]:
+    yield from ROW_POLL_DELAYS_S
+    yield from itertools.repeat(ROW_POLL_MAX_DELAY_S)
+
+
+def _row_exists(sessions: sessionmaker[Session], job_id: str) -> bool:
+    with database_boundary(f"look up job {job_id}"), sessions() as session:
+        return session.scalar(select(Job.id).where(Job.id == job_id)) is not None
+
+
+def _claim(
+    sessions: sessionmaker[Session], job_id: str, worker_id: str, *, engine_warm: bool
+) -> ClaimedJob | None:
     claim = (
         update(Job)
         .where(Job.id == job_id, Job.status == JobStatus.QUEUED.value)

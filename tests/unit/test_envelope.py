@@ -91,7 +91,9 @@ def test_the_producers_direct_message_is_what_celery_would_send() -> None:
     app.send_task(GENERATE_TASK, args=[JOB_ID], queue=queue, routing_key=queue, task_id=JOB_ID)
     with app.connection() as connection:
         celerys = connection.default_channel._get(queue)
-    ours = json.loads(celery_job_message(JOB_ID, Tier.SMALL, Priority.INTERACTIVE))
+    message = celery_job_message(JOB_ID, Tier.SMALL, Priority.INTERACTIVE)
+    assert not message.carries_request
+    ours = json.loads(message.text)
     assert envelope_problem(ours) is None
     assert json.loads(base64.b64decode(ours["body"])) == json.loads(
         base64.b64decode(celerys["body"])
@@ -108,9 +110,9 @@ def test_the_producers_direct_message_is_what_celery_would_send() -> None:
 
 def test_a_copy_of_the_request_passes_and_other_keywords_do_not() -> None:
     request = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
-    with_copy = json.loads(
-        celery_job_message(JOB_ID, Tier.SMALL, Priority.INTERACTIVE, request=request)
-    )
+    message = celery_job_message(JOB_ID, Tier.SMALL, Priority.INTERACTIVE, request=request)
+    assert message.carries_request
+    with_copy = json.loads(message.text)
     assert envelope_problem(with_copy) is None
     _args, kwargs, _embed = json.loads(base64.b64decode(with_copy["body"]))
     assert kwargs == {"request": request, "priority": "interactive"}
