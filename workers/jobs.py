@@ -80,17 +80,19 @@ def claim_job(
     polled, then claimed; None if no row came.
     """
     claimed = _claim(sessions, job_id, worker_id, engine_warm=engine_warm)
-    if claimed is not None or row_wait_s <= 0 or _row_exists(sessions, job_id):
+    if claimed is not None or row_wait_s <= 0:
         return claimed
     waited, polls = 0.0, _row_polls()
-    while waited < row_wait_s:
+    while not _row_exists(sessions, job_id):
+        if waited >= row_wait_s:
+            log.warning("job %s has no row %.0f s after its message; dropping it", job_id, waited)
+            return None
         delay = next(polls)
         sleep(delay)
         waited += delay
-        if _row_exists(sessions, job_id):
-            return _claim(sessions, job_id, worker_id, engine_warm=engine_warm)
-    log.warning("job %s has no row %.0f s after its message; dropping it", job_id, waited)
-    return None
+    # Claimed again even when the row was there at once: it may have been written
+    # between the first claim and the look.
+    return _claim(sessions, job_id, worker_id, engine_warm=engine_warm)
 
 
 def _row_polls() -> Iterator[float]:

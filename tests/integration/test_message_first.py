@@ -21,12 +21,14 @@ from schemas.jobs import JobStatus
 from schemas.messages import celery_job_message
 from schemas.queues import Priority, Tier, event_log_key, queue_name
 from schemas.settings import Settings
+from tests.conftest import job_row
 from tests.integration.test_early_start import RecordingEngine, hint_of
 from tests.integration.test_runner import runtime_for
 from tests.integration.test_submit import job_rows, queued_messages
 from workers import job_runner
 from workers.early_start import JobHint
 from workers.job_runner import run_job
+from workers.jobs import claim_job
 
 pytestmark = pytest.mark.integration
 
@@ -158,3 +160,26 @@ def test_a_message_whose_row_never_comes_is_dropped_after_the_wait(
     assert request_id in engine.closed and engine.read == []  # started, aborted, unread
     assert job_rows(integration_settings) == []
     assert not redis.Redis.from_url(integration_settings.broker_url).exists(event_log_key(job_id))
+
+
+def test_a_row_written_just_after_a_failed_claim_is_claimed(
+    integration_settings: Settings,
+) -> None:
+    runtime = runtime_for(integration_settings, RecordingEngine([]))
+    worker_db = runtime.sessions.kw["bind"]
+    job_id = new_job_id()
+    with Client(integration_settings) as client:
+        written: list[str] = []
+
+        def write_the_row_once(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+            if statement.lstrip().upper().startswith("UPDATE JOBS") and not written:
+                written.append(client.submit(REQUEST, job_id=job_id).job_id)
+
+        event.listen(worker_db, "after_cursor_execute", write_the_row_once)
+        try:
+            claimed = claim_job(runtime.sessions, job_id, "small-w@test", row_wait_s=1.0)
+        finally:
+            event.remove(worker_db, "after_cursor_execute", write_the_row_once)
+    assert written == [job_id]
+    assert claimed is not None and claimed.attempt == 1
+    assert job_row(integration_settings.database_url, job_id).status == JobStatus.RUNNING
