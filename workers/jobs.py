@@ -54,7 +54,10 @@ class ClaimedJob:
 # long: SQLite's busy timeout, the longest a healthy insert waits for its lock. A row
 # written later still runs: the reaper re-sends a queued row that has no message.
 ROW_WAIT_S = 30.0
-ROW_POLL_DELAYS_S = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5)
+# The row usually lands within milliseconds, while the engine computes the first token
+# (which waits for the claim): polled often at first, so a late row costs that token
+# little, then less and less often.
+ROW_POLL_DELAYS_S = (0.001,) * 20 + (0.005,) * 10 + (0.02, 0.05, 0.1, 0.25, 0.5)
 ROW_POLL_MAX_DELAY_S = 1.0
 
 
