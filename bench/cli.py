@@ -207,6 +207,15 @@ BENCHES: tuple[Bench, ...] = (
         ),
     ),
     Bench(
+        "submit-order",
+        "TTFT: a new job's message before its row vs its row first, on the job database",
+        "bench.submit_order:run_submit_order",
+        (
+            opt(*SAMPLES, default=150, help="pairs of requests (one of each order)"),
+            opt("--max-tokens", default=4, help="tokens per answer"),
+        ),
+    ),
+    Bench(
         "priority",
         "interactive TTFT: idle worker vs one busy with a batch flood",
         "bench.priority:run_priority",

@@ -353,25 +353,40 @@ def paired_samples(
     *,
     samples: int,
     label: str = "paired samples",
+    alternate: bool = False,
 ) -> tuple[list[float], list[float]]:
     """Alternate ``first`` and ``second`` (each given the round number), after warm-up rounds.
 
-    Alternating pairs keeps a noisy machine's drift out of the comparison.
+    Alternating pairs keeps a noisy machine's drift out of the comparison. With
+    ``alternate``, odd rounds run ``second`` before ``first``, so neither side always
+    follows the other's tail work.
     """
     a: list[float] = []
     b: list[float] = []
     rounds = PAIRED_WARMUP_ROUNDS + samples
     with counted(f"{label} ({PAIRED_WARMUP_ROUNDS} warm-up)", rounds, unit="pairs") as bar:
         for index in range(rounds):
-            time.sleep(SETTLE_S)
-            x = first(index)
-            time.sleep(SETTLE_S)
-            y = second(index)
+            x, y = _pair(first, second, index, swapped=alternate and index % 2 == 1)
             if index >= PAIRED_WARMUP_ROUNDS:
                 a.append(x)
                 b.append(y)
             bar.advance()
     return a, b
+
+
+def _pair(
+    first: Callable[[int], float], second: Callable[[int], float], index: int, *, swapped: bool
+) -> tuple[float, float]:
+    """One round: both samples, each after a settle; ``second`` first when ``swapped``."""
+    if swapped:
+        time.sleep(SETTLE_S)
+        y = second(index)
+        time.sleep(SETTLE_S)
+        return first(index), y
+    time.sleep(SETTLE_S)
+    x = first(index)
+    time.sleep(SETTLE_S)
+    return x, second(index)
 
 
 def percentile(values: Iterable[float], q: float) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -157,3 +158,23 @@ def test_a_bench_gets_a_fresh_migrated_database_unless_one_is_named(tmp_path: Pa
     named = f"sqlite:///{tmp_path / 'mine.db'}"
     with bench_database(Settings(database_url=named)) as settings:
         assert settings.database_url == named
+
+
+def test_alternating_pairs_run_the_second_side_first_in_odd_rounds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bench import harness
+
+    monkeypatch.setattr(harness, "SETTLE_S", 0.0)
+    calls: list[str] = []
+
+    def side(name: str, value: float) -> Callable[[int], float]:
+        def sample(index: int) -> float:
+            calls.append(f"{name}{index}")
+            return value + index
+
+        return sample
+
+    a, b = harness.paired_samples(side("a", 0.0), side("b", 100.0), samples=2, alternate=True)
+    assert calls == ["a0", "b0", "b1", "a1", "a2", "b2", "b3", "a3", "a4", "b4"]
+    assert a == [3.0, 4.0] and b == [103.0, 104.0]
