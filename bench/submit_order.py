@@ -56,6 +56,8 @@ def run_submit_order(
         "row_first_ttft_ms_p50": rounded(median(row_first)),
         "row_first_ttft_ms_p99": rounded(percentile(row_first, 99)),
         "saved_ms_paired_p50": rounded(median(saved)),
+        "message_first_ttft_samples_ms": [rounded(x) for x in message_first],
+        "row_first_ttft_samples_ms": [rounded(x) for x in row_first],
     }
 
 
