@@ -191,12 +191,13 @@ class Client:
         """The job's message, when it may be sent before its row is written: a new job
         (no idempotency key, which might name an existing one) whose message carries
         its request, so the worker starts the engine on it and waits for the row."""
-        if submission.options.idempotency_key is not None:
+        options = submission.options
+        if options.idempotency_key is not None or options.priority != Priority.INTERACTIVE:
             return None
         message = celery_job_message(
             fresh_job_id(job_id),
             submission.decision.tier,
-            submission.options.priority,
+            options.priority,
             request=submission.request.model_dump(mode="json"),
         )
         return message if message.carries_request else None

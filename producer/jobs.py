@@ -6,11 +6,12 @@ import re
 import uuid
 from typing import cast
 
-from sqlalchemy import Engine, Float, Table, bindparam, delete, insert, select, update
+from sqlalchemy import Float, Table, bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from schemas.boundary import DATABASE_ERRORS, database_boundary, database_error
+from schemas.db import one_statement
 from schemas.db_clock import db_now
 from schemas.errors import IdempotencyConflict, InvalidRequest, JobNotFound
 from schemas.events import FinalEvent, TerminalEvent, Timings, Usage, error_event
@@ -78,7 +79,7 @@ def insert_job(
     try:
         # A connection, not a session: nothing here needs the ORM's unit of work, and
         # the session's bookkeeping is a third of this write's time.
-        with _engine_of(sessions).begin() as connection:
+        with one_statement(sessions) as connection:
             times = connection.execute(statement, params).one()
         job.created_at = as_utc(times.created_at)
         job.deadline_at = None if times.deadline_at is None else as_utc(times.deadline_at)
@@ -101,12 +102,6 @@ def insert_job(
         return existing, False
     except DATABASE_ERRORS as exc:
         raise database_error(exc, doing="record the job") from exc
-
-
-def _engine_of(sessions: sessionmaker[Session]) -> Engine:
-    bind = sessions.kw["bind"]
-    assert isinstance(bind, Engine), "job sessions are bound to one engine"
-    return bind
 
 
 def _columns(job: Job, *, skip: tuple[str, ...] = ()) -> dict[str, object]:

@@ -15,6 +15,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from schemas.boundary import database_boundary
+from schemas.db import one_statement
 from schemas.db_clock import db_now
 from schemas.events import Timings, Usage
 from schemas.jobs import JobStatus
@@ -74,8 +75,9 @@ def claim_job(
 
     Only a queued row can be claimed, so a redelivered message of a job that runs
     elsewhere or has ended is a no-op: one job never runs twice at once. (A job whose
-    worker died is put back to queued by the reaper.) One ``UPDATE ... RETURNING``
-    round trip: it sits on every job's path to its first token. ``created_at``,
+    worker died is put back to queued by the reaper.) One ``UPDATE ... RETURNING``,
+    in autocommit (no ``BEGIN`` or ``COMMIT`` round trips): the first token waits for
+    it, the engine computing meanwhile only for an interactive job. ``created_at``,
     ``started_at`` and ``deadline_at`` all come from the database's clock, so the queue
     wait and the time left are right whatever this host's clock says.
 
@@ -104,8 +106,8 @@ def _row_polls() -> Iterator[float]:
 
 
 def _row_exists(sessions: sessionmaker[Session], job_id: str) -> bool:
-    with database_boundary(f"look up job {job_id}"), sessions() as session:
-        return session.scalar(select(Job.id).where(Job.id == job_id)) is not None
+    with database_boundary(f"look up job {job_id}"), one_statement(sessions) as connection:
+        return connection.scalar(select(Job.id).where(Job.id == job_id)) is not None
 
 
 def _claim(
@@ -130,8 +132,8 @@ def _claim(
             Job.deadline_at,
         )
     )
-    with database_boundary(f"claim job {job_id}"), sessions.begin() as session:
-        row = session.execute(claim).one_or_none()
+    with database_boundary(f"claim job {job_id}"), one_statement(sessions) as connection:
+        row = connection.execute(claim).one_or_none()
     if row is None:
         return None
     return ClaimedJob(
