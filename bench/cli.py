@@ -213,6 +213,8 @@ BENCHES: tuple[Bench, ...] = (
         (
             opt(*SAMPLES, default=150, help="pairs of requests (one of each order)"),
             opt("--max-tokens", default=4, help="tokens per answer"),
+            switch("--gateway", help="through llmq gateway (the key as Idempotency-Key)"),
+            opt("--port", default=8765, help="port of the gateway it starts"),
         ),
     ),
     Bench(

@@ -12,12 +12,16 @@ reached over a network it is several round trips.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 from sqlalchemy.engine import make_url
 
+from bench.gateway import gateway_process, gateway_ttft_ms
 from bench.harness import (
     Rig,
     bench_rig,
@@ -27,19 +31,27 @@ from bench.harness import (
     request_fields,
     rounded,
 )
+from producer.gateway.keys import create_key
 from schemas.queues import Tier
 from schemas.settings import Settings
 
 
 def run_submit_order(
-    settings: Settings, *, tier: Tier, samples: int, max_tokens: int
+    settings: Settings, *, tier: Tier, samples: int, max_tokens: int, gateway: bool, port: int
 ) -> dict[str, Any]:
-    """``samples`` pairs, alternating which order goes first; p50s, p99s and the saving."""
-    with bench_rig(settings, tier, prefill_prompts=False) as rig:
+    """``samples`` pairs, alternating which order goes first; p50s, p99s and the saving.
+
+    With ``gateway``, every request goes through ``llmq gateway`` (the key as the
+    ``Idempotency-Key`` header), else through the Python client.
+    """
+    with (
+        bench_rig(settings, tier, prefill_prompts=False) as rig,
+        _sampler(rig, max_tokens, gateway=gateway, port=port) as sample,
+    ):
         database = make_url(rig.settings.database_url).get_backend_name()
         message_first, row_first = paired_samples(
-            lambda _index: ttft_ms(rig, max_tokens, idempotency_key=None),
-            lambda _index: ttft_ms(rig, max_tokens, idempotency_key=uuid.uuid4().hex),
+            lambda _index: sample(None),
+            lambda _index: sample(uuid.uuid4().hex),
             samples=samples,
             label="message first and row first, alternating",
             alternate=True,
@@ -49,6 +61,7 @@ def run_submit_order(
         "bench": "submit-order",
         "tier": tier.value,
         "database": database,
+        "via": "gateway" if gateway else "client",
         "n": samples,
         "max_tokens": max_tokens,
         "message_first_ttft_ms_p50": rounded(median(message_first)),
@@ -59,6 +72,25 @@ def run_submit_order(
         "message_first_ttft_samples_ms": [rounded(x) for x in message_first],
         "row_first_ttft_samples_ms": [rounded(x) for x in row_first],
     }
+
+
+@contextlib.contextmanager
+def _sampler(
+    rig: Rig, max_tokens: int, *, gateway: bool, port: int
+) -> Iterator[Callable[[str | None], float]]:
+    """A function from an idempotency key (None: none) to one sample's first-token time."""
+    if not gateway:
+        yield lambda key: ttft_ms(rig, max_tokens, idempotency_key=key)
+        return
+    secret = create_key(rig.client.sessions, "bench")[1]
+    with gateway_process(rig.settings, port) as url, httpx.Client(base_url=url) as http:
+        auth = {"Authorization": f"Bearer {secret}"}
+
+        def through_gateway(key: str | None) -> float:
+            headers = auth if key is None else {**auth, "Idempotency-Key": key}
+            return gateway_ttft_ms(http, headers, rig, max_tokens)
+
+        yield through_gateway
 
 
 def ttft_ms(rig: Rig, max_tokens: int, *, idempotency_key: str | None) -> float:
