@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Generator, Iterator
 from functools import partial
 
@@ -31,14 +33,16 @@ from producer.submission import RequestLike, Submission, prepare_submission
 from schemas.boundary import broker_boundary
 from schemas.broker import redis_client as broker_client
 from schemas.db import make_engine, make_sessions
-from schemas.errors import job_ended
+from schemas.errors import LlmqError, job_ended
 from schemas.events import ErrorEvent, TerminalEvent, TokenEvent, is_terminal
 from schemas.jobs import CANCELLED_MESSAGE, JobResult, JobStatus
-from schemas.messages import JobMessage, celery_job_message
+from schemas.messages import ROW_WAIT_S, JobMessage, celery_job_message
 from schemas.prompt_registry import PromptCatalog, PromptRegistry
 from schemas.queues import Priority, Tier, event_channel
 from schemas.settings import Settings
 from schemas.tables import Job
+
+log = logging.getLogger(__name__)
 
 
 class Client:
@@ -207,13 +211,26 @@ class Client:
         overlaps the worker's start on the engine instead of delaying it. If the write
         fails the message is taken back; one a worker took already finds no row, waits
         for it (``workers.jobs.claim_job``) and is dropped: nothing runs."""
+        started = time.monotonic()
         self._enqueuer.push(message, max_depth=self._max_depth(submission))
         try:
             job, _created = self._insert(submission, message.job_id)
         except BaseException:
             self._enqueuer.withdraw(message)
             raise
+        if time.monotonic() - started > ROW_WAIT_S / 2:
+            self._send_again(job)
         return job
+
+    def _send_again(self, job: Job) -> None:
+        """A plain message for a job whose row came late: a worker that gave up waiting
+        for the row dropped the first; a worker that took it claims, and this one then
+        finds the job running and is dropped. If it cannot be sent, the reaper's sweep
+        sends one."""
+        try:
+            self._enqueuer.enqueue(job.id, tier=Tier(job.tier), priority=Priority(job.priority))
+        except LlmqError as exc:
+            log.warning("job %s: could not send its message again (%s)", job.id, exc)
 
     def _record_then_enqueue(self, submission: Submission, job_id: str | None) -> Job:
         """Write the row, then push its message; the row is removed if the push fails."""

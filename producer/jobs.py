@@ -86,7 +86,8 @@ def insert_job(
         return job, True
     except IntegrityError as exc:
         if idempotency_key is None:
-            if job_id is not None:  # the only other unique column: the id given
+            # The only other unique column is the id; any other refusal is the database's.
+            if job_id is not None and _id_taken(sessions, job_id):
                 raise InvalidRequest("that job id is taken; ask new_job_id() for one") from None
             raise database_error(exc, doing="record the job") from exc
         existing = _by_idempotency_key(sessions, owner or "", idempotency_key)
@@ -102,6 +103,11 @@ def insert_job(
         return existing, False
     except DATABASE_ERRORS as exc:
         raise database_error(exc, doing="record the job") from exc
+
+
+def _id_taken(sessions: sessionmaker[Session], job_id: str) -> bool:
+    with database_boundary("record the job"), one_statement(sessions) as connection:
+        return connection.scalar(select(Job.id).where(Job.id == job_id)) is not None
 
 
 def _columns(job: Job, *, skip: tuple[str, ...] = ()) -> dict[str, object]:

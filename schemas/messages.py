@@ -22,6 +22,13 @@ _ORIGIN = f"gen{os.getpid()}@{socket.gethostname()}"
 _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
 
 
+ROW_WAIT_S = 30.0
+"""How long a worker waits for the row of a message that carries its request, which
+a producer pushes before it writes the row: SQLite's busy timeout, the longest a
+healthy insert waits for its lock. A producer whose insert took over half of it sends
+the job's message again, without the copy, so that a row written after a worker gave
+up still has a message (the reaper's sweep would find it only a minute later)."""
+
 # A request copied into its message lets the worker start the engine before the claim;
 # past this size the copy costs more (in Redis, on every scan of the queues) than the
 # claim's round trip it hides.

@@ -16,13 +16,13 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from schemas.errors import EngineDead, LlmqError
 from schemas.events import Timings, Usage
 from schemas.jobs import CANCELLED_MESSAGE, JobStatus
+from schemas.messages import ROW_WAIT_S
 from schemas.queues import SERVICE_MS_KEY, Priority
 from schemas.requests import GenerationRequest
 from workers.early_start import EarlyStart, JobHint, start_early
 from workers.engine.base import DeltaStream
 from workers.job_input import chat_messages, check_context, parse_request, sampling_options
 from workers.jobs import (
-    ROW_WAIT_S,
     ClaimedJob,
     claim_job,
     fail_job,
@@ -60,7 +60,7 @@ def run_job(runtime: WorkerRuntime, job_id: str, hint: JobHint | None = None) ->
 
     A job that is not queued (running elsewhere, ended) is skipped, and so is one
     whose row never comes (with a ``hint`` the row may still be on its way, and is
-    waited for: ``workers.jobs.ROW_WAIT_S``). With the message's ``hint``, the engine
+    waited for: ``schemas.messages.ROW_WAIT_S``). With the message's ``hint``, the engine
     starts on the job while its row is claimed (``workers.early_start``), unless it
     did already when the message was received (``workers.received_starts``). A later
     attempt goes on from the text earlier attempts streamed. A failure becomes a failed

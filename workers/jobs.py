@@ -51,13 +51,10 @@ class ClaimedJob:
 
 
 # A producer writes the row of a message that carries its request right after pushing
-# the message (producer.client); a worker that gets there first polls for it this
-# long: SQLite's busy timeout, the longest a healthy insert waits for its lock. A row
-# written later still runs: the reaper re-sends a queued row that has no message.
-ROW_WAIT_S = 30.0
-# The row usually lands within milliseconds, while the engine computes the first token
-# (which waits for the claim): polled often at first, so a late row costs that token
-# little, then less and less often.
+# the message (producer.client); a worker that gets there first polls for it, for up
+# to schemas.messages.ROW_WAIT_S. The row usually lands within milliseconds, while the
+# engine computes the first token (which waits for the claim): polled often at first,
+# so a late row costs that token little, then less and less often.
 ROW_POLL_DELAYS_S = (0.001,) * 20 + (0.005,) * 10 + (0.02, 0.05, 0.1, 0.25, 0.5)
 ROW_POLL_MAX_DELAY_S = 1.0
 
@@ -69,7 +66,6 @@ def claim_job(
     *,
     engine_warm: bool = True,
     row_wait_s: float = 0.0,
-    sleep: Callable[[float], None] = time.sleep,
 ) -> ClaimedJob | None:
     """Mark a queued job running on this worker; None if it is not queued.
 
@@ -87,14 +83,14 @@ def claim_job(
     claimed = _claim(sessions, job_id, worker_id, engine_warm=engine_warm)
     if claimed is not None or row_wait_s <= 0:
         return claimed
-    waited, polls = 0.0, _row_polls()
+    deadline, polls = time.monotonic() + row_wait_s, _row_polls()
     while not _row_exists(sessions, job_id):
-        if waited >= row_wait_s:
-            log.warning("job %s has no row %.0f s after its message; dropping it", job_id, waited)
+        if time.monotonic() >= deadline:
+            log.warning(
+                "job %s has no row %.0f s after its message; dropping it", job_id, row_wait_s
+            )
             return None
-        delay = next(polls)
-        sleep(delay)
-        waited += delay
+        time.sleep(next(polls))
     # Claimed again even when the row was there at once: it may have been written
     # between the first claim and the look.
     return _claim(sessions, job_id, worker_id, engine_warm=engine_warm)

@@ -13,12 +13,14 @@ import pytest
 import redis
 from sqlalchemy import Engine, event
 
+from producer import client as client_module
 from producer.client import Client
+from producer.enqueue import Enqueuer
 from producer.jobs import new_job_id
 from schemas.db import make_engine
 from schemas.errors import DatabaseUnavailable, InvalidRequest
 from schemas.jobs import JobStatus
-from schemas.messages import celery_job_message
+from schemas.messages import JobMessage, celery_job_message
 from schemas.queues import Priority, Tier, event_log_key, queue_name
 from schemas.settings import Settings
 from tests.conftest import job_row
@@ -100,16 +102,39 @@ def test_a_row_that_cannot_be_written_takes_its_message_back(
     assert [row.id for row in job_rows(integration_settings)] == [kept.job_id]
 
 
-def test_a_database_that_is_down_leaves_no_message(integration_settings: Settings) -> None:
+def test_a_database_that_is_down_leaves_no_message(
+    integration_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
     down = integration_settings.model_copy(
         update={"database_url": "postgresql+psycopg://llmq@127.0.0.1:1/none"}
     )
+    taken_back: list[bool] = []
+    withdraw = Enqueuer.withdraw
+
+    def recorded(self: Enqueuer, message: JobMessage) -> bool:
+        taken_back.append(withdraw(self, message))
+        return taken_back[-1]
+
+    monkeypatch.setattr(Enqueuer, "withdraw", recorded)
     with (
         Client(down, warm=False) as client,
         pytest.raises(DatabaseUnavailable, match="record the job"),
     ):
         client.submit(REQUEST)
+    assert taken_back == [True]  # pushed, then taken back
     assert queued_messages(integration_settings) == {}
+
+
+def test_a_row_that_came_late_gets_its_message_again(
+    integration_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(client_module, "ROW_WAIT_S", 0.0)  # every insert is "late"
+    with Client(integration_settings) as client:
+        job_id = client.submit(REQUEST).job_id
+    first, again = reversed(messages_on(integration_settings, INTERACTIVE))  # LPUSH: newest first
+    assert first["headers"]["id"] == again["headers"]["id"] == job_id  # type: ignore[index]
+    assert first["headers"]["kwargsrepr"] == "{...}"  # type: ignore[index]
+    assert again["headers"]["kwargsrepr"] == "{}"  # type: ignore[index]  # no copy: no wait
 
 
 def test_the_worker_waits_for_a_row_written_after_its_message(
@@ -129,6 +154,14 @@ def test_the_worker_waits_for_a_row_written_after_its_message(
         workers.append(thread)
         time.sleep(0.3)  # the worker starts the engine and finds no row yet
 
+    looks: list[str] = []
+    worker_db = runtime.sessions.kw["bind"]
+
+    def count_looks(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT JOBS.ID"):
+            looks.append(statement)
+
+    event.listen(worker_db, "before_cursor_execute", count_looks)
     with (
         Client(integration_settings, db_engine=db) as client,
         before_each_insert(db, worker_takes_the_message),
@@ -140,6 +173,8 @@ def test_the_worker_waits_for_a_row_written_after_its_message(
         assert handle.result(timeout=5).text == "Hello"
         assert client.status(handle.job_id) is JobStatus.DONE
     db.dispose()
+    event.remove(worker_db, "before_cursor_execute", count_looks)
+    assert looks  # its claim found no row, and it looked for the row until it came
     (request_id,) = engine.request_ids
     assert "early" in request_id and engine.read == [request_id]
 
