@@ -329,11 +329,15 @@ def queued_ttft_ms(rig: Rig, max_tokens: int, request: dict[str, object] | None 
     return queued_sample(rig, request or request_fields(max_tokens))[0]
 
 
-def queued_sample(rig: Rig, request: dict[str, object]) -> tuple[float, JobResult]:
+def queued_sample(
+    rig: Rig, request: dict[str, object], *, idempotency_key: str | None = None
+) -> tuple[float, JobResult]:
     """TTFT through the whole queue path, and the job's result (drained before returning)."""
     started = time.perf_counter()
     # Read at once, as the gateway reads: subscribed before the job is written.
-    handle = rig.client.submit(request, tier=rig.tier, subscribe=True)
+    handle = rig.client.submit(
+        request, tier=rig.tier, subscribe=True, idempotency_key=idempotency_key
+    )
     for _chunk in handle.stream(timeout=300):
         ttft = (time.perf_counter() - started) * 1000.0
         # Drain, so the next sample starts on an idle engine.

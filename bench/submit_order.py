@@ -13,7 +13,6 @@ reached over a network it is several round trips.
 from __future__ import annotations
 
 import contextlib
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -28,6 +27,7 @@ from bench.harness import (
     median,
     paired_samples,
     percentile,
+    queued_sample,
     request_fields,
     rounded,
 )
@@ -80,7 +80,8 @@ def _sampler(
 ) -> Iterator[Callable[[str | None], float]]:
     """A function from an idempotency key (None: none) to one sample's first-token time."""
     if not gateway:
-        yield lambda key: ttft_ms(rig, max_tokens, idempotency_key=key)
+        request = request_fields(max_tokens)
+        yield lambda key: queued_sample(rig, request, idempotency_key=key)[0]
         return
     secret = create_key(rig.client.sessions, "bench")[1]
     with gateway_process(rig.settings, port) as url, httpx.Client(base_url=url) as http:
@@ -91,19 +92,3 @@ def _sampler(
             return gateway_ttft_ms(http, headers, rig, max_tokens)
 
         yield through_gateway
-
-
-def ttft_ms(rig: Rig, max_tokens: int, *, idempotency_key: str | None) -> float:
-    """Time to first text of one streamed job, read as the gateway reads it; drained."""
-    started = time.perf_counter()
-    handle = rig.client.submit(
-        request_fields(max_tokens),
-        tier=rig.tier,
-        subscribe=True,
-        idempotency_key=idempotency_key,
-    )
-    for _chunk in handle.stream(timeout=300):
-        ttft = (time.perf_counter() - started) * 1000.0
-        handle.result(timeout=300)  # the next sample starts on an idle engine
-        return ttft
-    raise RuntimeError("the job produced no text")
