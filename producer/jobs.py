@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from schemas.boundary import DATABASE_ERRORS, database_boundary, database_error
-from schemas.db import one_statement
+from schemas.db import job_row_exists, one_statement
 from schemas.db_clock import db_now
 from schemas.errors import IdempotencyConflict, InvalidRequest, JobNotFound
 from schemas.events import FinalEvent, TerminalEvent, Timings, Usage, error_event
@@ -106,8 +106,8 @@ def insert_job(
 
 
 def _id_taken(sessions: sessionmaker[Session], job_id: str) -> bool:
-    with database_boundary("record the job"), one_statement(sessions) as connection:
-        return connection.scalar(select(Job.id).where(Job.id == job_id)) is not None
+    with database_boundary("record the job"):
+        return job_row_exists(sessions, job_id)
 
 
 def _columns(job: Job, *, skip: tuple[str, ...] = ()) -> dict[str, object]:

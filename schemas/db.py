@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, select
 from sqlalchemy.orm import Session, sessionmaker
+
+from schemas.tables import Job
 
 
 def make_engine(database_url: str) -> Engine:
@@ -47,3 +49,9 @@ def one_statement(sessions: sessionmaker[Session]) -> Iterator[Connection]:
     write took, the pool's ping and the statement being the others)."""
     with engine_of(sessions).connect() as connection:
         yield connection.execution_options(isolation_level="AUTOCOMMIT")
+
+
+def job_row_exists(sessions: sessionmaker[Session], job_id: str) -> bool:
+    """Whether job ``job_id`` has a row; one statement. Raises SQLAlchemy's errors."""
+    with one_statement(sessions) as connection:
+        return connection.scalar(select(Job.id).where(Job.id == job_id)) is not None

@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeGuard
 
-from sqlalchemy import select, update
+from sqlalchemy import update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from schemas.boundary import database_boundary
-from schemas.db import one_statement
+from schemas.db import job_row_exists, one_statement
 from schemas.db_clock import db_now
 from schemas.events import Timings, Usage
 from schemas.jobs import JobStatus
@@ -102,8 +102,8 @@ def _row_polls() -> Iterator[float]:
 
 
 def _row_exists(sessions: sessionmaker[Session], job_id: str) -> bool:
-    with database_boundary(f"look up job {job_id}"), one_statement(sessions) as connection:
-        return connection.scalar(select(Job.id).where(Job.id == job_id)) is not None
+    with database_boundary(f"look up job {job_id}"):
+        return job_row_exists(sessions, job_id)
 
 
 def _claim(
