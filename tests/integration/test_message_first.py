@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import pytest
@@ -39,18 +39,27 @@ REQUEST = {"messages": [{"role": "user", "content": "say hi"}], "max_tokens": 4}
 
 
 @contextmanager
-def before_each_insert(engine: Engine, act: Callable[[], None]) -> Iterator[None]:
-    """Run ``act`` as the job row's INSERT is about to reach the database."""
+def on_statement(
+    engine: Engine, starting: str, act: Callable[[], None], *, when: str = "before"
+) -> Iterator[None]:
+    """Run ``act`` each time a statement starting with ``starting`` is about to reach
+    the database (``when`` "before") or has run ("after")."""
+    hook = f"{when}_cursor_execute"
 
-    def before(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        if statement.lstrip().upper().startswith("INSERT INTO JOBS"):
+    def listener(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if statement.lstrip().upper().startswith(starting):
             act()
 
-    event.listen(engine, "before_cursor_execute", before)
+    event.listen(engine, hook, listener)
     try:
         yield
     finally:
-        event.remove(engine, "before_cursor_execute", before)
+        event.remove(engine, hook, listener)
+
+
+def before_each_insert(engine: Engine, act: Callable[[], None]) -> AbstractContextManager[None]:
+    """Run ``act`` as the job row's INSERT is about to reach the database."""
+    return on_statement(engine, "INSERT INTO JOBS", act)
 
 
 def messages_on(settings: Settings, queue: str) -> list[dict[str, object]]:
@@ -156,13 +165,8 @@ def test_the_worker_waits_for_a_row_written_after_its_message(
 
     looks: list[str] = []
     worker_db = runtime.sessions.kw["bind"]
-
-    def count_looks(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        if statement.lstrip().upper().startswith("SELECT JOBS.ID"):
-            looks.append(statement)
-
-    event.listen(worker_db, "before_cursor_execute", count_looks)
     with (
+        on_statement(worker_db, "SELECT JOBS.ID", lambda: looks.append("look")),
         Client(integration_settings, db_engine=db) as client,
         before_each_insert(db, worker_takes_the_message),
     ):
@@ -173,7 +177,6 @@ def test_the_worker_waits_for_a_row_written_after_its_message(
         assert handle.result(timeout=5).text == "Hello"
         assert client.status(handle.job_id) is JobStatus.DONE
     db.dispose()
-    event.remove(worker_db, "before_cursor_execute", count_looks)
     assert looks  # its claim found no row, and it looked for the row until it came
     (request_id,) = engine.request_ids
     assert "early" in request_id and engine.read == [request_id]
@@ -206,15 +209,12 @@ def test_a_row_written_just_after_a_failed_claim_is_claimed(
     with Client(integration_settings) as client:
         written: list[str] = []
 
-        def write_the_row_once(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-            if statement.lstrip().upper().startswith("UPDATE JOBS") and not written:
+        def write_the_row_once() -> None:
+            if not written:
                 written.append(client.submit(REQUEST, job_id=job_id).job_id)
 
-        event.listen(worker_db, "after_cursor_execute", write_the_row_once)
-        try:
+        with on_statement(worker_db, "UPDATE JOBS", write_the_row_once, when="after"):
             claimed = claim_job(runtime.sessions, job_id, "small-w@test", row_wait_s=1.0)
-        finally:
-            event.remove(worker_db, "after_cursor_execute", write_the_row_once)
     assert written == [job_id]
     assert claimed is not None and claimed.attempt == 1
     assert job_row(integration_settings.database_url, job_id).status == JobStatus.RUNNING
