@@ -6,6 +6,7 @@ exactly when its row says done: a retried or superseded attempt writes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import func, select, update
@@ -35,6 +36,12 @@ def new_turns(request: dict[str, Any], answer: str) -> list[tuple[str, str]]:
     return turns
 
 
+def in_conversation(request: Mapping[str, object]) -> bool:
+    """Whether a job's request belongs to a conversation (its turns are recorded)."""
+    conversation_id = request.get("conversation_id")
+    return isinstance(conversation_id, str) and bool(conversation_id)
+
+
 def record_turns(session: Session, job: Job, *, answer: str, answer_tokens: int | None) -> int:
     """Append ``job``'s new turns to its conversation (created if new); return how many.
 
@@ -43,9 +50,9 @@ def record_turns(session: Session, job: Job, *, answer: str, answer_tokens: int 
     different row. Sequence numbers are assigned under a lock on the conversation row,
     so concurrent jobs of one conversation never take the same number.
     """
-    conversation_id = job.request.get("conversation_id")
-    if not isinstance(conversation_id, str) or not conversation_id:
+    if not in_conversation(job.request):
         return 0
+    conversation_id = str(job.request["conversation_id"])
     owner = job.owner or ""
     now = utcnow()
     _ensure_conversation(session, owner, conversation_id, now)

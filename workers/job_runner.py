@@ -19,6 +19,7 @@ from schemas.jobs import CANCELLED_MESSAGE, JobStatus
 from schemas.messages import ROW_WAIT_S
 from schemas.queues import SERVICE_MS_KEY, Priority
 from schemas.requests import GenerationRequest
+from workers.conversations import in_conversation
 from workers.early_start import EarlyStart, JobHint, start_early
 from workers.engine.base import DeltaStream
 from workers.job_input import chat_messages, check_context, parse_request, sampling_options
@@ -161,12 +162,21 @@ def _finish(
             finish_reason=generation.finish_reason,
             usage=usage,
             timings=timings,
+            in_conversation=in_conversation(claimed.request),
         ),
         what=f"record the result of job {job_id}",
     )
     if recorded is False:
         _superseded(claimed)
         return
+    publisher.final(
+        text=generation.text,
+        finish_reason=generation.finish_reason,
+        usage=usage,
+        timings=timings,
+        worker_id=runtime.worker_id,
+    )
+    # After the final event: its reader waits for nothing below.
     record_service_ms(runtime, timings.total_ms - timings.queue_wait_ms)
     if runtime.metrics is not None:
         runtime.metrics.observe_done(
@@ -176,22 +186,25 @@ def _finish(
             total_ms=timings.total_ms,
             completion_tokens=usage.completion_tokens,
         )
-    publisher.final(
-        text=generation.text,
-        finish_reason=generation.finish_reason,
-        usage=usage,
-        timings=timings,
-        worker_id=runtime.worker_id,
-    )
+
+
+# The tier's moving average of service time, folded in one round trip (and atomically:
+# two workers of a tier finishing at once both count).
+_FOLD_SERVICE_MS = """
+local current = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or ARGV[2])
+local alpha = tonumber(ARGV[3])
+local average = (1 - alpha) * current + alpha * tonumber(ARGV[2])
+redis.call('HSET', KEYS[1], ARGV[1], tostring(average))
+return tostring(average)
+"""
 
 
 def record_service_ms(runtime: WorkerRuntime, service_ms: float, alpha: float = 0.2) -> None:
     """Fold one job's service time into the tier's moving average (load-aware routing)."""
     try:
-        raw = runtime.redis.hget(SERVICE_MS_KEY, runtime.tier.value)
-        current = float(raw) if raw is not None else service_ms
-        average = (1 - alpha) * current + alpha * service_ms
-        runtime.redis.hset(SERVICE_MS_KEY, runtime.tier.value, average)
+        runtime.redis.eval(
+            _FOLD_SERVICE_MS, 1, SERVICE_MS_KEY, runtime.tier.value, repr(service_ms), alpha
+        )
     except redis.RedisError:
         log.warning("could not record the service time of a %s job", runtime.tier)
 

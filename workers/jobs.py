@@ -175,24 +175,48 @@ def finish_job(
     finish_reason: str | None,
     usage: Usage,
     timings: Timings,
+    in_conversation: bool = True,
 ) -> bool:
     """Record the output of ``attempt``; False (nothing written) if the job ended or
-    moved on to another attempt."""
+    moved on to another attempt.
+
+    A job outside a conversation (``in_conversation`` False) is recorded with one
+    conditional ``UPDATE`` in autocommit: its final event waits for this write, and on
+    PostgreSQL a locked read, the update and the transaction's ``BEGIN`` and ``COMMIT``
+    were four round trips. A conversation's turns are written in the same transaction
+    as its row (a job's turns exist exactly when its row says done).
+    """
+    outcome = {
+        "status": JobStatus.DONE.value,
+        "queue_wait_ms": timings.queue_wait_ms,
+        "output_text": text,
+        "finish_reason": finish_reason,
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "cached_prompt_tokens": usage.cached_prompt_tokens,
+        "ttft_ms": timings.ttft_ms,
+        "total_ms": timings.total_ms,
+        "finished_at": db_now(),
+    }
+    if not in_conversation:
+        finish = (
+            update(Job)
+            .where(
+                Job.id == job_id,
+                Job.attempts == attempt,
+                Job.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value]),
+            )
+            .values(outcome)
+            .returning(Job.id)
+        )
+        with one_statement(sessions) as connection:
+            return connection.execute(finish).first() is not None
     with sessions.begin() as session:
         job = session.get(Job, job_id, with_for_update=True)
         if not _still_ours(job, attempt):
             return False
-        job.status = JobStatus.DONE.value
-        job.queue_wait_ms = timings.queue_wait_ms
-        job.output_text = text
-        job.finish_reason = finish_reason
-        job.prompt_tokens = usage.prompt_tokens
-        job.completion_tokens = usage.completion_tokens
-        job.cached_prompt_tokens = usage.cached_prompt_tokens
-        job.ttft_ms = timings.ttft_ms
-        job.total_ms = timings.total_ms
-        job.finished_at = db_now()
-        # Same transaction: a job's turns exist exactly when its row says done.
+        for column, value in outcome.items():
+            setattr(job, column, value)
         record_turns(session, job, answer=text, answer_tokens=usage.completion_tokens)
     return True
 
