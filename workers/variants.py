@@ -13,15 +13,17 @@ from __future__ import annotations
 import os
 import platform
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import Row, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from schemas.boundary import database_error
 from schemas.errors import ConfigError
 from schemas.queues import Tier
+from schemas.retry import retry_call
 from schemas.settings import Settings, TierConfig
 from schemas.tables import TierPromotion
 
@@ -94,6 +96,10 @@ class Served:
     promoted: bool
 
 
+# About four seconds in all, before a worker gives up its start.
+PROMOTIONS_RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0)
+
+
 def served_config(settings: Settings, tier: Tier, sessions: sessionmaker[Session]) -> Served:
     """``tier``'s engine settings, or those of the variant last promoted to serve it.
 
@@ -111,9 +117,20 @@ def served_config(settings: Settings, tier: Tier, sessions: sessionmaker[Session
         .order_by(TierPromotion.created_at.desc(), TierPromotion.id.desc())
         .limit(1)
     )
-    try:
+
+    def newest_promotion() -> Row[tuple[str, dict[str, Any] | None]] | None:
         with sessions() as session:
-            row = session.execute(query).first()
+            return session.execute(query).first()
+
+    try:
+        # A worker that cannot read this does not start: a database blip at that moment
+        # must not stop it (seen once with SQLite, as several workers started at once).
+        row = retry_call(
+            newest_promotion,
+            delays=PROMOTIONS_RETRY_DELAYS_S,
+            retry_on=SQLAlchemyError,
+            what="read tier promotions",
+        )
     except SQLAlchemyError as exc:
         raise database_error(exc, doing="read tier promotions") from exc
     if row is None or row.config is None or row.variant == tier.value:

@@ -8,14 +8,16 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from sqlalchemy import event
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from producer.quality import Case
 from producer.quality.gate import promote, serving, store_run
 from producer.quality.report import build_report, render_report
 from producer.quality.runner import CaseAnswer, VariantRun, case_request, run_cases
-from schemas.db import make_engine, make_sessions
-from schemas.errors import ConfigError, JobFailed
+from schemas.db import engine_of, make_engine, make_sessions
+from schemas.errors import ConfigError, DatabaseUnavailable, JobFailed
 from schemas.queues import Tier
 from schemas.settings import Settings
 from schemas.tables import metadata
@@ -173,3 +175,21 @@ def test_an_unconfigured_variant_cannot_be_promoted(
 ) -> None:
     with pytest.raises(ConfigError, match="no variant small@nope"):
         promote(settings, sessions, Tier("small@nope"), force=True, reason="x")
+
+
+def test_a_worker_reads_its_tier_through_a_database_blip(
+    settings: Settings, sessions: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    promote(settings, sessions, VARIANT, force=True, reason="blip test")
+    monkeypatch.setattr("workers.variants.PROMOTIONS_RETRY_DELAYS_S", (0.0, 0.0))
+    failures = iter([True, True])
+
+    def refuse_twice(*_args: Any) -> None:
+        if next(failures, False):
+            raise OperationalError("SELECT", {}, Exception("database is locked"))
+
+    event.listen(engine_of(sessions), "before_cursor_execute", refuse_twice)
+    assert served_config(settings, Tier.SMALL, sessions).name == VARIANT
+    failures = iter([True, True, True])
+    with pytest.raises(DatabaseUnavailable):
+        served_config(settings, Tier.SMALL, sessions)
