@@ -93,3 +93,15 @@ def integration_settings(integration_db_url: str, tmp_path: Path) -> Iterator[Se
     )
     client.flushdb()
     client.close()
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def db_settings(
+    request: pytest.FixtureRequest, integration_settings: Settings, tmp_path: Path
+) -> Settings:
+    """``integration_settings``, once on PostgreSQL and once on a migrated SQLite file."""
+    if request.param == "postgresql":
+        return integration_settings
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    migrations.upgrade(url)
+    return integration_settings.model_copy(update={"database_url": url})

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
-import migrations
 from producer.client import Client
 from schemas.db_clock import db_now
 from schemas.settings import Settings
@@ -24,17 +22,6 @@ REQUEST = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 SKEW = timedelta(hours=1)
 
 
-@pytest.fixture(params=["postgresql", "sqlite"])
-def settings(
-    request: pytest.FixtureRequest, integration_settings: Settings, tmp_path: Path
-) -> Settings:
-    if request.param == "postgresql":
-        return integration_settings
-    url = f"sqlite:///{tmp_path / 'jobs.db'}"
-    migrations.upgrade(url)
-    return integration_settings.model_copy(update={"database_url": url})
-
-
 @pytest.fixture
 def skewed_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
     """The producer's clock an hour fast, the worker's an hour slow."""
@@ -45,8 +32,8 @@ def skewed_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("workers.jobs.utcnow", slow, raising=False)
 
 
-def database_now(settings: Settings) -> datetime:
-    engine = create_engine(settings.database_url)
+def database_now(db_settings: Settings) -> datetime:
+    engine = create_engine(db_settings.database_url)
     with engine.connect() as conn:
         now = conn.scalar(select(db_now()))
     engine.dispose()
@@ -54,34 +41,34 @@ def database_now(settings: Settings) -> datetime:
     return as_utc(now)
 
 
-def sessions_for(settings: Settings) -> Iterator[sessionmaker[Session]]:
-    engine = create_engine(settings.database_url)
+def sessions_for(db_settings: Settings) -> Iterator[sessionmaker[Session]]:
+    engine = create_engine(db_settings.database_url)
     yield sessionmaker(engine)
     engine.dispose()
 
 
 @pytest.mark.usefixtures("skewed_hosts")
-def test_created_and_deadline_are_on_the_database_clock(settings: Settings) -> None:
-    with Client(settings) as client:
+def test_created_and_deadline_are_on_the_database_clock(db_settings: Settings) -> None:
+    with Client(db_settings) as client:
         handle = client.submit(REQUEST, deadline_s=30)
-    row = job_row(settings.database_url, handle.job_id)
+    row = job_row(db_settings.database_url, handle.job_id)
     assert row.deadline_at is not None
     created, deadline = as_utc(row.created_at), as_utc(row.deadline_at)
-    assert abs((database_now(settings) - created).total_seconds()) < 5
+    assert abs((database_now(db_settings) - created).total_seconds()) < 5
     assert (deadline - created).total_seconds() == pytest.approx(30, abs=0.05)
 
 
 @pytest.mark.usefixtures("skewed_hosts")
-def test_a_claim_reads_wait_and_time_left_off_the_database_clock(settings: Settings) -> None:
-    with Client(settings) as client:
+def test_a_claim_reads_wait_and_time_left_off_the_database_clock(db_settings: Settings) -> None:
+    with Client(db_settings) as client:
         handle = client.submit(REQUEST, deadline_s=30)
-    for sessions in sessions_for(settings):
+    for sessions in sessions_for(db_settings):
         claimed = claim_job(sessions, handle.job_id, "worker-1")
     assert claimed is not None and claimed.deadline_at is not None
-    assert abs((database_now(settings) - claimed.started_at).total_seconds()) < 5
+    assert abs((database_now(db_settings) - claimed.started_at).total_seconds()) < 5
     assert 0 <= claimed.queue_wait_ms < 5000
     left_s = (claimed.deadline_at - claimed.started_at).total_seconds()
     assert 25 < left_s <= 30
-    row = job_row(settings.database_url, handle.job_id)
+    row = job_row(db_settings.database_url, handle.job_id)
     assert row.started_at is not None
     assert as_utc(row.started_at) == claimed.started_at

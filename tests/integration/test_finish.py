@@ -4,7 +4,6 @@ and SQLite), and what follows the final event waits for nothing before it."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +11,6 @@ import redis
 from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
 
-import migrations
 from producer.client import Client
 from schemas.db import make_engine, make_sessions
 from schemas.events import Timings, Usage
@@ -31,26 +29,15 @@ USAGE = Usage(prompt_tokens=5, completion_tokens=2, cached_prompt_tokens=0)
 TIMINGS = Timings(queue_wait_ms=1.5, ttft_ms=20.0, total_ms=40.0)
 
 
-@pytest.fixture(params=["postgresql", "sqlite"])
-def settings(
-    request: pytest.FixtureRequest, integration_settings: Settings, tmp_path: Path
-) -> Settings:
-    if request.param == "postgresql":
-        return integration_settings
-    url = f"sqlite:///{tmp_path / 'jobs.db'}"
-    migrations.upgrade(url)
-    return integration_settings.model_copy(update={"database_url": url})
-
-
 @pytest.fixture
-def sessions(settings: Settings) -> Iterator[sessionmaker[Session]]:
-    engine = make_engine(settings.database_url)
+def sessions(db_settings: Settings) -> Iterator[sessionmaker[Session]]:
+    engine = make_engine(db_settings.database_url)
     yield make_sessions(engine)
     engine.dispose()
 
 
-def running_job(settings: Settings, sessions: sessionmaker[Session]) -> tuple[str, int]:
-    with Client(settings) as client:
+def running_job(db_settings: Settings, sessions: sessionmaker[Session]) -> tuple[str, int]:
+    with Client(db_settings) as client:
         job_id = client.submit(REQUEST, priority="batch").job_id
     claimed = claim_job(sessions, job_id, "worker-1")
     assert claimed is not None
@@ -71,12 +58,12 @@ def finish(sessions: sessionmaker[Session], job_id: str, attempt: int, text: str
 
 
 def test_the_owning_attempt_records_its_result_once(
-    settings: Settings, sessions: sessionmaker[Session]
+    db_settings: Settings, sessions: sessionmaker[Session]
 ) -> None:
-    job_id, attempt = running_job(settings, sessions)
+    job_id, attempt = running_job(db_settings, sessions)
     assert finish(sessions, job_id, attempt, "hello")
     assert not finish(sessions, job_id, attempt, "again")
-    row = job_row(settings.database_url, job_id)
+    row = job_row(db_settings.database_url, job_id)
     assert row.status == JobStatus.DONE.value
     assert row.output_text == "hello"
     assert (row.finish_reason, row.completion_tokens, row.total_ms) == ("stop", 2, 40.0)
@@ -84,18 +71,18 @@ def test_the_owning_attempt_records_its_result_once(
 
 
 def test_an_attempt_that_lost_its_job_records_nothing(
-    settings: Settings, sessions: sessionmaker[Session]
+    db_settings: Settings, sessions: sessionmaker[Session]
 ) -> None:
-    job_id, first = running_job(settings, sessions)
+    job_id, first = running_job(db_settings, sessions)
     # Taken for dead: the job is re-run as a second attempt.
     assert requeue_job(sessions, job_id, attempt=first, spend_attempt=True)
     second = claim_job(sessions, job_id, "worker-2")
     assert second is not None and second.attempt == first + 1
     assert not finish(sessions, job_id, first, "stale")
-    row = job_row(settings.database_url, job_id)
+    row = job_row(db_settings.database_url, job_id)
     assert (row.status, row.output_text) == (JobStatus.RUNNING.value, None)
     assert finish(sessions, job_id, second.attempt, "fresh")
-    assert job_row(settings.database_url, job_id).output_text == "fresh"
+    assert job_row(db_settings.database_url, job_id).output_text == "fresh"
 
 
 def test_a_result_outside_a_conversation_is_one_statement(
