@@ -195,7 +195,6 @@ local current = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or ARGV[2])
 local alpha = tonumber(ARGV[3])
 local average = (1 - alpha) * current + alpha * tonumber(ARGV[2])
 redis.call('HSET', KEYS[1], ARGV[1], tostring(average))
-return tostring(average)
 """
 
 

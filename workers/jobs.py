@@ -166,6 +166,10 @@ def requeue_job(
         return session.execute(requeue).first() is not None
 
 
+# What _still_ours checks of a loaded row, for a statement's WHERE.
+_LIVE_STATUSES = [status.value for status in JobStatus if not status.is_final]
+
+
 def finish_job(
     sessions: sessionmaker[Session],
     job_id: str,
@@ -204,7 +208,7 @@ def finish_job(
             .where(
                 Job.id == job_id,
                 Job.attempts == attempt,
-                Job.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value]),
+                Job.status.in_(_LIVE_STATUSES),
             )
             .values(outcome)
             .returning(Job.id)
