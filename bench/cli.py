@@ -208,13 +208,19 @@ BENCHES: tuple[Bench, ...] = (
     ),
     Bench(
         "submit-order",
-        "TTFT: a new job's message before its row vs its row first, on the job database",
+        "TTFT: a new job's message before its row vs its row first (or the row at once vs "
+        "delayed), on the job database",
         "bench.submit_order:run_submit_order",
         (
             opt(*SAMPLES, default=150, help="pairs of requests (one of each order)"),
             opt("--max-tokens", default=4, help="tokens per answer"),
             switch("--gateway", help="through llmq gateway (the key as Idempotency-Key)"),
             opt("--port", default=8765, help="port of the gateway it starts"),
+            switch(
+                "--row-delay",
+                help="message first on both sides: the row at once vs after "
+                "LLMQ_ROW_WRITE_DELAY_MS",
+            ),
         ),
     ),
     Bench(

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import httpx
@@ -79,11 +79,19 @@ def gateway_ttft_ms(
 
 
 @contextlib.contextmanager
-def gateway_process(settings: Settings, port: int) -> Iterator[str]:
-    """``llmq gateway`` as its own process, as it runs in production."""
-    env = {"LLMQ_BROKER_URL": settings.broker_url, "LLMQ_DATABASE_URL": settings.database_url}
+def gateway_process(
+    settings: Settings, port: int, *, env: Mapping[str, str] | None = None
+) -> Iterator[str]:
+    """``llmq gateway`` as its own process, as it runs in production; ``env`` adds
+    settings of its own (``LLMQ_*`` variables)."""
+    variables = {
+        **os.environ,
+        "LLMQ_BROKER_URL": settings.broker_url,
+        "LLMQ_DATABASE_URL": settings.database_url,
+        **(env or {}),
+    }
     command = [sys.executable, "-m", "producer.cli", "gateway", "--port", str(port)]
-    process = subprocess.Popen(command, env={**os.environ, **env})
+    process = subprocess.Popen(command, env=variables)
     url = f"http://127.0.0.1:{port}"
     try:
         with step("starting the gateway"):

@@ -129,6 +129,13 @@ class Settings(BaseSettings):
         "work is queued for it rather than refused",
     )
     prefill_interval_s: float = Field(default=300.0, gt=0)
+    row_write_delay_ms: float = Field(
+        default=3.0,
+        ge=0,
+        le=1000,
+        description="a new interactive job's row is written this long after its message "
+        "is pushed (producer.client), leaving the worker's start on the engine the CPU",
+    )
     pin_worker_cpus: bool = Field(
         default=True,
         description="on a CPU engine, workers keep their own threads and vLLM's engine "

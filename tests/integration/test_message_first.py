@@ -91,6 +91,38 @@ def test_an_interactive_message_is_on_its_queue_before_the_row_is_written(
     assert len(job_rows(integration_settings)) == 3
 
 
+def test_the_row_waits_row_write_delay_ms_after_its_message_and_only_then(
+    integration_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    delay_s = 0.5
+    settings = integration_settings.model_copy(update={"row_write_delay_ms": delay_s * 1000})
+    engine = make_engine(settings.database_url)
+    pushed_at: list[float] = []
+    inserted_at: list[float] = []
+    push = Enqueuer.push
+
+    def timed_push(self: Enqueuer, message: JobMessage, **options: Any) -> None:
+        push(self, message, **options)
+        pushed_at.append(time.monotonic())
+
+    monkeypatch.setattr(Enqueuer, "push", timed_push)
+    with (
+        Client(settings, db_engine=engine) as client,
+        before_each_insert(engine, lambda: inserted_at.append(time.monotonic())),
+    ):
+        client.submit(REQUEST)
+        started = time.monotonic()
+        # The row goes first here (a replay must push nothing): nothing to wait for.
+        client.submit(REQUEST, idempotency_key="k1")
+        keyed_s = time.monotonic() - started
+    engine.dispose()
+    assert len(pushed_at) == len(inserted_at) == 2
+    assert inserted_at[0] - pushed_at[0] >= delay_s  # message, then the row, delayed
+    assert inserted_at[1] < pushed_at[1]  # row, then the message
+    assert keyed_s < delay_s
+    assert len(job_rows(settings)) == 2
+
+
 def test_a_row_that_cannot_be_written_takes_its_message_back(
     integration_settings: Settings,
 ) -> None:
