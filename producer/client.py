@@ -101,8 +101,9 @@ class Client:
         published, and removed if publishing fails (Redis refuses, or the queue is at
         its depth limit). A new interactive job whose message carries its request goes
         the other way round, so its row's write is off the way to the first token: the
-        message first, then the row (the worker waits for it); if the row cannot be
-        written the message is taken back or, taken already, dropped by the worker.
+        message first, then, ``row_write_delay_ms`` later, the row (the worker waits
+        for it); if the row cannot be written the message is taken back or, taken
+        already, dropped by the worker.
         ``owner`` records who submitted it
         (the gateway's API key id, or any namespace of up to 32 characters) and scopes
         ``idempotency_key``: the same owner, key and request return the same job; the
