@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 import redis.asyncio as aioredis
@@ -23,19 +22,12 @@ from schemas.queues import Priority, Tier, event_channel
 from schemas.settings import Settings
 from schemas.tables import Job
 
-# Threads that run submits. A submit blocks its thread on the database write and, for
-# a new interactive job, on ``row_write_delay_ms`` before it (producer.client); the
-# loop's default executor (cores + 4 threads) would queue a burst of submits behind
-# those waits.
-SUBMIT_THREADS = 64
-
 
 class AsyncClient:
     """Submits jobs from asyncio code. Create one per event loop and reuse it."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._submits = ThreadPoolExecutor(SUBMIT_THREADS, thread_name_prefix="llmq-submit")
         # Submitting is a short database commit plus one publish; running it in a
         # thread keeps the event loop free without a second driver stack.
         self._sync = Client(settings)
@@ -65,8 +57,7 @@ class AsyncClient:
         job_id = new_job_id()
         early = await self._subscriptions.confirmed(event_channel(job_id)) if subscribe else None
         try:
-            handle = await asyncio.get_running_loop().run_in_executor(
-                self._submits,
+            handle = await asyncio.to_thread(
                 partial(
                     self._sync.submit,
                     request,
@@ -78,7 +69,7 @@ class AsyncClient:
                     deadline_s=deadline_s,
                     conversation_id=conversation_id,
                     job_id=job_id,
-                ),
+                )
             )
         except BaseException:
             if early is not None:
@@ -156,7 +147,6 @@ class AsyncClient:
         await self._subscriptions.aclose()
         await self._redis.aclose()
         await asyncio.to_thread(self._sync.close)
-        self._submits.shutdown(wait=False)
 
     async def __aenter__(self) -> AsyncClient:
         return self

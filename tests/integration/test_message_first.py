@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,7 +14,6 @@ import redis
 from sqlalchemy import Engine, event
 
 from producer import client as client_module
-from producer.aio import AsyncClient
 from producer.client import Client
 from producer.enqueue import Enqueuer
 from producer.jobs import new_job_id
@@ -123,25 +121,6 @@ def test_the_row_waits_row_write_delay_ms_after_its_message_and_only_then(
     assert inserted_at[1] < pushed_at[1]  # row, then the message
     assert keyed_s < delay_s
     assert len(job_rows(settings)) == 2
-
-
-def test_a_burst_of_async_submits_waits_out_its_row_delays_side_by_side(
-    integration_settings: Settings,
-) -> None:
-    # More submits than the loop's default executor has threads anywhere (32 at most),
-    # so one executor round per delay would take two delays.
-    delay_s, burst = 0.5, 40
-    settings = integration_settings.model_copy(update={"row_write_delay_ms": delay_s * 1000})
-
-    async def scenario() -> float:
-        async with AsyncClient(settings) as client:
-            started = time.monotonic()
-            await asyncio.gather(*(client.submit(REQUEST) for _ in range(burst)))
-            return time.monotonic() - started
-
-    elapsed_s = asyncio.run(scenario())
-    assert delay_s <= elapsed_s < 2 * delay_s
-    assert len(job_rows(settings)) == burst
 
 
 def test_a_row_that_cannot_be_written_takes_its_message_back(
