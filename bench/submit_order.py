@@ -75,7 +75,6 @@ def run_submit_order(
                 label="message first and row first, alternating",
                 alternate=True,
             )
-    saved = [row - message for message, row in zip(message_first, row_first, strict=True)]
     return {
         "bench": "submit-order",
         "tier": tier.value,
@@ -83,13 +82,7 @@ def run_submit_order(
         "via": "gateway" if gateway else "client",
         "n": samples,
         "max_tokens": max_tokens,
-        "message_first_ttft_ms_p50": rounded(median(message_first)),
-        "message_first_ttft_ms_p99": rounded(percentile(message_first, 99)),
-        "row_first_ttft_ms_p50": rounded(median(row_first)),
-        "row_first_ttft_ms_p99": rounded(percentile(row_first, 99)),
-        "saved_ms_paired_p50": rounded(median(saved)),
-        "message_first_ttft_samples_ms": [rounded(x) for x in message_first],
-        "row_first_ttft_samples_ms": [rounded(x) for x in row_first],
+        **_sides_report(("row_first", row_first), ("message_first", message_first)),
     }
 
 
@@ -122,7 +115,6 @@ def _row_delay(
             label=f"row at once and row after {delay_ms:g} ms, alternating",
             alternate=True,
         )
-    saved = [now - later for now, later in zip(row_at_once, row_delayed, strict=True)]
     return {
         "bench": "submit-order",
         "compare": "row-delay",
@@ -131,13 +123,27 @@ def _row_delay(
         "n": samples,
         "max_tokens": max_tokens,
         "row_write_delay_ms": delay_ms,
-        "row_at_once_ttft_ms_p50": rounded(median(row_at_once)),
-        "row_at_once_ttft_ms_p99": rounded(percentile(row_at_once, 99)),
-        "row_delayed_ttft_ms_p50": rounded(median(row_delayed)),
-        "row_delayed_ttft_ms_p99": rounded(percentile(row_delayed, 99)),
+        **_sides_report(("row_at_once", row_at_once), ("row_delayed", row_delayed)),
+    }
+
+
+def _sides_report(
+    before: tuple[str, list[float]], after: tuple[str, list[float]]
+) -> dict[str, Any]:
+    """Each side's first-token p50 and p99 and samples, by its name, and what ``after``
+    saved over ``before``, paired sample by sample."""
+    saved = [then - now for then, now in zip(before[1], after[1], strict=True)]
+    percentiles: dict[str, Any] = {}
+    for name, values in (before, after):
+        percentiles[f"{name}_ttft_ms_p50"] = rounded(median(values))
+        percentiles[f"{name}_ttft_ms_p99"] = rounded(percentile(values, 99))
+    return {
+        **percentiles,
         "saved_ms_paired_p50": rounded(median(saved)),
-        "row_at_once_ttft_samples_ms": [rounded(x) for x in row_at_once],
-        "row_delayed_ttft_samples_ms": [rounded(x) for x in row_delayed],
+        **{
+            f"{name}_ttft_samples_ms": [rounded(x) for x in values]
+            for name, values in (before, after)
+        },
     }
 
 
