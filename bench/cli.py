@@ -233,6 +233,13 @@ BENCHES: tuple[Bench, ...] = (
             opt("--concurrency", default=8, help="the worker's slots"),
             opt("--max-tokens", default=8, help="tokens per interactive request"),
             opt("--batch-max-tokens", default=48, help="tokens per batch job"),
+            opt("--seed", default=7, help="random seed (when each request is sent)"),
+            opt(
+                "--arrival-jitter-s",
+                default=0.25,
+                type=float,
+                help="random part of the pause before each request (0: in step with the engine)",
+            ),
         ),
     ),
     Bench(

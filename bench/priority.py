@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import random
 import time
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -29,6 +31,15 @@ from schemas.tables import Job, utcnow
 from workers.capacity import slot_shares
 
 MIN_P99_SAMPLES = 100
+ARRIVAL_JITTER_S = 0.25
+"""Each interactive request waits SETTLE_S plus a random part of this before it is sent.
+
+A request sent a fixed pause after the previous one's last token, itself the end of an
+engine step, lands at the same point of the batch's steps every time: where a step
+lasts about the pause (50 ms on a 2-core CPU), just after one began, and it waits out
+nearly all of it, every time. People's requests come at random moments, so each waits
+out a random part of a step; a window of several steps (a CPU step is 40-150 ms, a GPU
+one about 10) spreads the arrivals evenly over a step's length."""
 BATCH_PROMPT = "Summarise this ticket in one line: my parcel arrived late and damaged."
 
 
@@ -41,20 +52,29 @@ def run_priority(
     concurrency: int,
     max_tokens: int,
     batch_max_tokens: int,
+    seed: int = 7,
+    arrival_jitter_s: float = ARRIVAL_JITTER_S,
 ) -> dict[str, Any]:
     """Interactive TTFT, ``samples`` times on an idle worker, then again with
     ``batch_jobs`` batch jobs queued and the worker busy with them; one worker, one run.
 
     Also counts the batch jobs that finished while the loaded samples ran: batch work
     must progress even while interactive work comes first. A p99 needs 100 samples or
-    more: fewer are refused.
+    more: fewer are refused. Requests are sent at random moments (``seed``), not in
+    step with the engine (``ARRIVAL_JITTER_S``; 0: a fixed pause, in step).
     """
     if samples < MIN_P99_SAMPLES:
         raise ValueError(f"a p99 needs at least {MIN_P99_SAMPLES} samples, not {samples}")
     shares = slot_shares(settings.tier(tier), concurrency)
+    pauses = arrival_pauses(random.Random(seed), arrival_jitter_s)
     with bench_rig(settings, tier, concurrency=concurrency, prefill_prompts=False) as rig:
         idle, idle_steps = _interactive_samples(
-            rig, samples, max_tokens, warmup=PAIRED_WARMUP_ROUNDS, label="idle worker"
+            rig,
+            samples,
+            max_tokens,
+            pauses,
+            warmup=PAIRED_WARMUP_ROUNDS,
+            label="idle worker",
         )
         backlog = [
             rig.client.submit(_batch_request(i, batch_max_tokens), tier=tier, priority="batch")
@@ -66,7 +86,7 @@ def run_priority(
             _wait_until_batch_fills(rig.client, shares.batch_max)
         started = utcnow()
         loaded, _loaded_steps = _interactive_samples(
-            rig, samples, max_tokens, warmup=0, label="worker busy with the flood"
+            rig, samples, max_tokens, pauses, warmup=0, label="worker busy with the flood"
         )
         batch_during = _batch_done_since(rig.client, started)
         queued_after = sum(rig.client.status(h.job_id) is JobStatus.QUEUED for h in backlog)
@@ -81,6 +101,7 @@ def run_priority(
         "slots": shares.slots,
         "batch_max_slots": shares.batch_max,
         "batch_jobs": batch_jobs,
+        "arrival_jitter_s": arrival_jitter_s,
         "idle_ttft_p50_ms": rounded(median(idle)),
         "loaded_ttft_p50_ms": rounded(median(loaded)),
         "idle_ttft_p95_ms": rounded(percentile(idle, 95)),
@@ -117,6 +138,14 @@ def one_step_wait_ratio(idle_ttft_ms: list[float], step_ms: float) -> float:
     return (median(idle_ttft_ms) + 0.98 * step_ms) / percentile(idle_ttft_ms, 99)
 
 
+def arrival_pauses(rng: random.Random, jitter_s: float = ARRIVAL_JITTER_S) -> Iterator[float]:
+    """The pause before each interactive request: SETTLE_S (the last job's tail work
+    done) plus a random part of ``jitter_s``, so it lands at a random point of whatever
+    engine step is running."""
+    while True:
+        yield SETTLE_S + rng.uniform(0.0, jitter_s)
+
+
 def decode_step_ms(result: JobResult) -> float | None:
     """The worker's mean time per token after the first (one engine step each, for a
     request alone in the engine); None for an answer of one token."""
@@ -127,14 +156,20 @@ def decode_step_ms(result: JobResult) -> float | None:
 
 
 def _interactive_samples(
-    rig: Rig, samples: int, max_tokens: int, *, warmup: int, label: str
+    rig: Rig,
+    samples: int,
+    max_tokens: int,
+    pauses: Iterator[float],
+    *,
+    warmup: int,
+    label: str,
 ) -> tuple[list[float], list[float]]:
     """TTFTs of ``samples`` requests one after another, and their engine step times."""
     ttfts: list[float] = []
     steps: list[float] = []
     what = f"interactive TTFT, {label}" + (f" ({warmup} warm-up)" if warmup else "")
     for index in counted(what, warmup + samples).track(range(warmup + samples)):
-        time.sleep(SETTLE_S)
+        time.sleep(next(pauses))
         ttft, result = queued_sample(rig, request_fields(max_tokens))
         if index >= warmup:
             ttfts.append(ttft)

@@ -1,10 +1,16 @@
-"""The priority bench's model of the one-step wait, and the step time it reads."""
+"""The priority bench's model of the one-step wait, the step time it reads, and when it
+sends each request."""
 
 from __future__ import annotations
 
+import itertools
+import random
+from collections import Counter
+
 import pytest
 
-from bench.priority import decode_step_ms, one_step_wait_ratio
+from bench.harness import SETTLE_S
+from bench.priority import ARRIVAL_JITTER_S, arrival_pauses, decode_step_ms, one_step_wait_ratio
 from schemas.events import Timings, Usage
 from schemas.jobs import JobResult, JobStatus
 from schemas.queues import Priority, Tier
@@ -41,3 +47,25 @@ def test_the_model_adds_nearly_one_step_to_the_idle_median() -> None:
 def test_a_step_short_against_the_first_token_keeps_the_model_near_one() -> None:
     idle = [40.0] * 100
     assert one_step_wait_ratio(idle, 10.0) == pytest.approx(1.245)
+
+
+def test_requests_are_sent_at_random_points_of_an_engine_step() -> None:
+    pauses = list(itertools.islice(arrival_pauses(random.Random(7)), 400))
+    assert all(SETTLE_S <= p <= SETTLE_S + ARRIVAL_JITTER_S for p in pauses)
+    # A fixed pause after a step's end lands in one place of a 50 ms step every time;
+    # these land in every fifth of it, each about as often.
+    step_s = 0.05
+    fifths = Counter(int((p % step_s) / step_s * 5) for p in pauses)
+    assert sorted(fifths) == [0, 1, 2, 3, 4]
+    assert min(fifths.values()) > 400 / 5 * 0.6
+
+
+def test_the_same_seed_sends_at_the_same_moments() -> None:
+    first = list(itertools.islice(arrival_pauses(random.Random(3)), 5))
+    assert first == list(itertools.islice(arrival_pauses(random.Random(3)), 5))
+    assert first != list(itertools.islice(arrival_pauses(random.Random(4)), 5))
+
+
+def test_no_jitter_is_the_fixed_pause() -> None:
+    pauses = itertools.islice(arrival_pauses(random.Random(7), 0.0), 3)
+    assert list(pauses) == [SETTLE_S] * 3
