@@ -55,7 +55,9 @@ class AsyncClient:
         """See :meth:`producer.client.Client.submit`, ``subscribe`` included: read the
         handle's events or ``await handle.aclose()``."""
         job_id = new_job_id()
-        early = await self._subscriptions.confirmed(event_channel(job_id)) if subscribe else None
+        # Subscribed on the loop while the thread sends the message; the thread waits
+        # for the confirmation only before the row (nothing is published sooner).
+        confirming = self._subscriptions.confirming(event_channel(job_id)) if subscribe else None
         try:
             handle = await asyncio.to_thread(
                 partial(
@@ -69,12 +71,14 @@ class AsyncClient:
                     deadline_s=deadline_s,
                     conversation_id=conversation_id,
                     job_id=job_id,
+                    before_row=confirming.wait_confirmed if confirming else None,
                 )
             )
         except BaseException:
-            if early is not None:
-                await self.give_back(early, job_id)
+            if confirming is not None:
+                await confirming.give_back()
             raise
+        early = await confirming.take() if confirming is not None else None
         if early is not None and handle.job_id != job_id:  # a replay: another job's stream
             await self.give_back(early, job_id)
             early = None

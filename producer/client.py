@@ -45,6 +45,10 @@ from schemas.tables import Job
 log = logging.getLogger(__name__)
 
 
+def _nothing() -> None:
+    pass
+
+
 class Client:
     """Submits jobs to llmq. Thread-safe; create one per process and reuse it."""
 
@@ -93,6 +97,7 @@ class Client:
         conversation_id: str | None = None,
         job_id: str | None = None,
         subscribe: bool = False,
+        before_row: Callable[[], None] | None = None,
     ) -> JobHandle:
         """Validate, route, record and enqueue ``request``; return at once with a handle.
 
@@ -122,7 +127,10 @@ class Client:
         to (and Redis has confirmed it) before the job is written, so a reader that
         starts right after has nothing to ask Redis before the first token, while the
         worker hands the job to its engine (``handle.events`` uses it; read them or
-        ``handle.close()``). Raises
+        ``handle.close()``); the SUBSCRIBE goes out first and its confirmation is read
+        just before the row is written, so its round trip overlaps the message's.
+        ``before_row`` is called right before the job's row is written (for a caller
+        that subscribes by other means, as the asyncio client does). Raises
         ``InvalidRequest``, ``PromptTooLong``, ``IdempotencyConflict``, ``QueueFull``,
         ``NoWarmWorker``, ``BrokerUnavailable`` or ``DatabaseUnavailable``.
         """
@@ -138,19 +146,30 @@ class Client:
             conversation_id=conversation_id,
         )
         if not subscribe:
-            return submit(job_id=job_id)
-        return self._submit_subscribed(submit, job_id or new_job_id())
+            return submit(job_id=job_id, before_row=before_row)
+        return self._submit_subscribed(submit, job_id or new_job_id(), before_row)
 
-    def _submit_subscribed(self, submit: Callable[..., JobHandle], job_id: str) -> JobHandle:
-        """``submit`` with the job's stream subscribed to first; the handle keeps the
-        subscription for its first read."""
-        early = self._subscriptions.confirmed(event_channel(job_id))
+    def _submit_subscribed(
+        self,
+        submit: Callable[..., JobHandle],
+        job_id: str,
+        before_row: Callable[[], None] | None,
+    ) -> JobHandle:
+        """``submit`` with the job's stream subscribed to: sent first, confirmed before
+        the row is written; the handle keeps the subscription for its first read."""
+        pending = self._subscriptions.pending(event_channel(job_id))
+
+        def confirm_then(before: Callable[[], None] | None = before_row) -> None:
+            pending.confirm()
+            if before is not None:
+                before()
+
         try:
-            handle = submit(job_id=job_id)
+            handle = submit(job_id=job_id, before_row=confirm_then)
         except BaseException:
-            if early is not None:
-                self.give_back(early, job_id)
+            pending.give_back()
             raise
+        early = pending.take()
         if early is not None and handle.job_id != job_id:  # a replay: another job's stream
             self.give_back(early, job_id)
             early = None
@@ -169,6 +188,7 @@ class Client:
         deadline_s: float | None,
         conversation_id: str | None,
         job_id: str | None,
+        before_row: Callable[[], None] | None,
     ) -> JobHandle:
         if conversation_id is not None:
             request = with_conversation(request, conversation_id)
@@ -186,10 +206,11 @@ class Client:
         if require_warm_worker:
             self._workers.require_warm(submission.decision.tier)
         message = self._message_first(submission, job_id)
+        before = before_row or _nothing
         if message is not None:
-            job = self._enqueue_then_record(submission, message)
+            job = self._enqueue_then_record(submission, message, before)
         else:
-            job = self._record_then_enqueue(submission, job_id)
+            job = self._record_then_enqueue(submission, job_id, before)
         return JobHandle(self, job.id, Tier(job.tier), Priority(job.priority))
 
     def _message_first(self, submission: Submission, job_id: str | None) -> JobMessage | None:
@@ -207,7 +228,9 @@ class Client:
         )
         return message if message.carries_request else None
 
-    def _enqueue_then_record(self, submission: Submission, message: JobMessage) -> Job:
+    def _enqueue_then_record(
+        self, submission: Submission, message: JobMessage, before_row: Callable[[], None]
+    ) -> Job:
         """Push ``message``, then write its row: the row's write (a database round trip)
         overlaps the worker's start on the engine instead of delaying it. If the write
         fails the message is taken back; one a worker took already finds no row, waits
@@ -216,6 +239,7 @@ class Client:
         self._enqueuer.push(message, max_depth=self._max_depth(submission))
         self._let_the_worker_start()
         try:
+            before_row()
             job, _created = self._insert(submission, message.job_id)
         except BaseException:
             self._enqueuer.withdraw(message)
@@ -248,8 +272,11 @@ class Client:
         except LlmqError as exc:
             log.warning("job %s: could not send its message again (%s)", job.id, exc)
 
-    def _record_then_enqueue(self, submission: Submission, job_id: str | None) -> Job:
+    def _record_then_enqueue(
+        self, submission: Submission, job_id: str | None, before_row: Callable[[], None]
+    ) -> Job:
         """Write the row, then push its message; the row is removed if the push fails."""
+        before_row()
         job, created = self._insert(submission, job_id)
         if created:
             try:

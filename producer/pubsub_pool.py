@@ -9,6 +9,7 @@ the next one, which then subscribes with one round trip.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -75,6 +76,12 @@ class PubSubPool:
             return None
         return pubsub
 
+    def confirming(self, channel: str) -> ConfirmingSubscription:
+        """A subscription to ``channel`` confirmed on this event loop from now on, for a
+        thread to wait for (:meth:`ConfirmingSubscription.wait_confirmed`) just before it
+        writes the job's row. Call it on the loop."""
+        return ConfirmingSubscription(self, channel)
+
     @contextlib.asynccontextmanager
     async def subscribed(
         self, channel: str, *, taken: PubSub | None = None
@@ -117,6 +124,45 @@ class PubSubPool:
         self._idle.append(pubsub)
 
 
+class ConfirmingSubscription:
+    """:class:`PendingSubscription` for the asyncio client, whose submits run in a
+    thread: the event loop subscribes and reads the confirmation while the thread
+    sends the job's message; the thread waits for it before writing the job's row."""
+
+    def __init__(self, pool: PubSubPool, channel: str) -> None:
+        self._pool = pool
+        self._channel = channel
+        self._task = asyncio.ensure_future(pool.confirmed(channel))
+        self._done = threading.Event()
+        self._task.add_done_callback(lambda _task: self._done.set())
+        self._in_time = False
+
+    def wait_confirmed(self) -> None:
+        """Block (in the submitting thread) until Redis confirmed or the attempt ended.
+
+        If it takes longer than a confirmation may, the row is written anyway and the
+        subscription is not used: the reader subscribes afresh and reads the log."""
+        self._in_time = self._done.wait(2 * CONFIRM_WAIT_S)
+
+    async def take(self) -> PubSub | None:
+        """The subscription, confirmed before the row was written; None if there is none."""
+        pubsub = await self._task
+        if pubsub is not None and not self._in_time:
+            await self._pool.give_back(pubsub, self._channel)
+            return None
+        return pubsub
+
+    async def give_back(self) -> None:
+        """Return the subscription unread (or stop making it)."""
+        self._task.cancel()
+        await asyncio.wait([self._task])
+        if self._task.cancelled() or self._task.exception() is not None:
+            return  # what it had was closed
+        pubsub = self._task.result()
+        if pubsub is not None:
+            await self._pool.give_back(pubsub, self._channel)
+
+
 class SyncPubSubPool:
     """:class:`PubSubPool` for threads: the same promises, safe to share between them."""
 
@@ -142,23 +188,14 @@ class SyncPubSubPool:
             raise
         return pubsub
 
-    def confirmed(self, channel: str, timeout: float = CONFIRM_WAIT_S) -> SyncPubSub | None:
-        """See :meth:`PubSubPool.confirmed`."""
+    def pending(self, channel: str) -> PendingSubscription:
+        """A subscription to ``channel`` with its SUBSCRIBE sent and its confirmation
+        still to read (:meth:`PendingSubscription.confirm`), so that its round trip
+        overlaps other work."""
         try:
-            pubsub = self._take(channel)
+            return PendingSubscription(self, channel, self._take(channel))
         except redis.RedisError:
-            return None
-        try:
-            message = own_sync_message(pubsub, channel, timeout)
-        except BaseException as exc:
-            pubsub.close()
-            if isinstance(exc, redis.RedisError):
-                return None
-            raise
-        if message is None or message.get("type") != "subscribe":
-            pubsub.close()
-            return None
-        return pubsub
+            return PendingSubscription(self, channel, None)
 
     @contextlib.contextmanager
     def subscribed(self, channel: str, *, taken: SyncPubSub | None = None) -> Iterator[SyncPubSub]:
@@ -195,6 +232,61 @@ class SyncPubSubPool:
                 self._idle.append(pubsub)
                 return
         pubsub.close()
+
+
+class PendingSubscription:
+    """A subscription whose SUBSCRIBE is sent, its confirmation read later.
+
+    A producer sends it before the job's message and reads the confirmation just before
+    the job's row is written: no event can be published sooner (a worker publishes
+    only after claiming the row), so the subscription still hears every event, and its
+    round trip is off the way to the first token.
+    """
+
+    def __init__(self, pool: SyncPubSubPool, channel: str, pubsub: SyncPubSub | None) -> None:
+        self._pool = pool
+        self._channel = channel
+        self._pubsub = pubsub
+        self._confirmed = False
+
+    def confirm(self, timeout: float = CONFIRM_WAIT_S) -> None:
+        """Read Redis's confirmation (once; later calls do nothing)."""
+        if self._confirmed:
+            return
+        self._confirmed = True
+        pubsub, self._pubsub = self._pubsub, None
+        if pubsub is not None:
+            self._pubsub = _read_confirmation(pubsub, self._channel, timeout)
+
+    def take(self) -> SyncPubSub | None:
+        """The confirmed subscription, now the caller's; None if there is none (Redis
+        failed, or it was never confirmed: then it goes back to the pool)."""
+        if not self._confirmed:
+            self.give_back()
+        pubsub, self._pubsub = self._pubsub, None
+        return pubsub
+
+    def give_back(self) -> None:
+        """Return the subscription unread, confirmed or not."""
+        pubsub, self._pubsub = self._pubsub, None
+        if pubsub is not None:
+            self._pool.give_back(pubsub, self._channel)
+
+
+def _read_confirmation(pubsub: SyncPubSub, channel: str, timeout: float) -> SyncPubSub | None:
+    """``pubsub`` once its confirmation of ``channel`` is read; None (closed) if Redis
+    fails or does not confirm within ``timeout`` seconds."""
+    try:
+        message = own_sync_message(pubsub, channel, timeout)
+    except BaseException as exc:
+        pubsub.close()
+        if isinstance(exc, redis.RedisError):
+            return None
+        raise
+    if message is None or message.get("type") != "subscribe":
+        pubsub.close()
+        return None
+    return pubsub
 
 
 def own_sync_message(pubsub: SyncPubSub, channel: str, timeout: float) -> dict[str, Any] | None:

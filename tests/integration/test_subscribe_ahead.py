@@ -1,15 +1,21 @@
-"""Subscribing to a job's stream at submit: what happens to the subscription when the
-job is not a new one, the submit fails, or nobody reads the stream."""
+"""Subscribing to a job's stream at submit: confirmed before the job's row is written;
+what happens to the subscription when the job is not a new one, the submit fails, or
+nobody reads the stream."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 import redis
 
+import producer.client as client_module
+from producer import pubsub_pool
 from producer.aio import AsyncClient
 from producer.client import Client
+from producer.enqueue import Enqueuer
+from producer.pubsub_pool import PendingSubscription, PubSubPool
 from schemas.errors import InvalidRequest
 from schemas.events import TokenEvent
 from schemas.queues import event_channel
@@ -139,3 +145,92 @@ def test_an_async_subscription_made_at_submit_hears_the_first_event_live(
             return held, first.text if isinstance(first, TokenEvent) else ""
 
     assert asyncio.run(scenario()) == (True, "live")
+
+
+class RowWatch:
+    """Wraps ``producer.client.insert_job``: what Redis held when each row was written."""
+
+    def __init__(self, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.settings = settings
+        self.seen: list[tuple[list[bytes], int]] = []
+        real = client_module.insert_job
+
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            broker = redis.Redis.from_url(settings.broker_url)
+            self.seen.append((stream_channels(settings), broker.llen("llm.small.interactive")))
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(client_module, "insert_job", watched)
+
+
+def test_a_sync_subscription_is_confirmed_after_the_message_and_before_the_row(
+    integration_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SUBSCRIBE's round trip overlaps the message's push; only the row, which a
+    worker must claim before it publishes anything, waits for the confirmation."""
+    settings = integration_settings.model_copy(update={"row_write_delay_ms": 0})
+    rows = RowWatch(settings, monkeypatch)
+    order: list[str] = []
+    real_push, real_confirm = Enqueuer.push, PendingSubscription.confirm
+
+    def push(self: Enqueuer, *args: Any, **kwargs: Any) -> None:
+        order.append("push")
+        real_push(self, *args, **kwargs)
+
+    def confirm(self: PendingSubscription, *args: Any, **kwargs: Any) -> None:
+        order.append("confirm")
+        real_confirm(self, *args, **kwargs)
+
+    monkeypatch.setattr(Enqueuer, "push", push)
+    monkeypatch.setattr(PendingSubscription, "confirm", confirm)
+    with Client(settings) as client:
+        handle = client.submit("hi", tier="small", subscribe=True)
+        held = handle.early is not None
+        handle.close()
+    assert order == ["push", "confirm"]
+    assert held
+    assert rows.seen == [([event_channel(handle.job_id).encode()], 1)]
+
+
+def test_an_async_subscription_is_confirmed_before_the_row(
+    integration_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No wait before the row: the confirmation must be waited for, not just likely.
+    settings = integration_settings.model_copy(update={"row_write_delay_ms": 0})
+    rows = RowWatch(settings, monkeypatch)
+
+    async def scenario() -> tuple[str, bool]:
+        async with AsyncClient(settings) as client:
+            handle = await client.submit("hi", tier="small", subscribe=True)
+            held = handle.early is not None
+            await handle.aclose()
+            return handle.job_id, held
+
+    job_id, held = asyncio.run(scenario())
+    assert held
+    assert rows.seen == [([event_channel(job_id).encode()], 1)]
+
+
+def test_an_async_subscription_not_confirmed_in_time_is_not_used(
+    integration_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Redis that does not confirm within the wait: the job is still written (its
+    reader subscribes afresh and reads the log), and nothing stays subscribed."""
+    monkeypatch.setattr(pubsub_pool, "CONFIRM_WAIT_S", 0.05)
+    real_confirmed = PubSubPool.confirmed
+
+    async def slow(self: PubSubPool, channel: str, timeout: float = 1.0) -> Any:
+        await asyncio.sleep(0.3)
+        return await real_confirmed(self, channel, timeout)
+
+    monkeypatch.setattr(PubSubPool, "confirmed", slow)
+
+    async def scenario() -> tuple[bool, str, list[bytes]]:
+        async with AsyncClient(integration_settings) as client:
+            handle = await client.submit("hi", tier="small", subscribe=True)
+            status = (await client.job(handle.job_id)).status
+            held = handle.early is not None
+            await handle.aclose()
+            return held, status, stream_channels(integration_settings)
+
+    assert asyncio.run(scenario()) == (False, "queued", [])
