@@ -17,8 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from schemas.errors import LlmqError
+from schemas.queues import Priority
 from schemas.requests import GenerationRequest
 from workers.engine.base import DeltaStream
+from workers.first_tokens import FirstTokenTicket
 from workers.job_input import chat_messages, check_context, parse_request, sampling_options
 from workers.jobs import ClaimedJob
 from workers.running_jobs import RunningJob
@@ -46,6 +48,8 @@ class EarlyStart:
     prompt_ids: list[int]
     running: RunningJob
     deltas: DeltaStream
+    ticket: FirstTokenTicket | None = None
+    """Held until the first token, so no batch prefill joins this one's step."""
 
     def matches(self, claimed: ClaimedJob) -> bool:
         """True when the claimed row is the job this request was started for, fresh."""
@@ -59,6 +63,8 @@ class EarlyStart:
         """Abort the engine request (nothing of it was published)."""
         self.running.close()
         self.deltas.close()
+        if self.ticket is not None:
+            self.ticket.give_back()
 
 
 def start_early(runtime: WorkerRuntime, job_id: str, hint: JobHint | None) -> EarlyStart | None:
@@ -73,13 +79,19 @@ def start_early(runtime: WorkerRuntime, job_id: str, hint: JobHint | None) -> Ea
     except LlmqError:
         return None
     running = RunningJob()
-    deltas = runtime.engine.stream(
-        prompt_ids,
-        sampling_options(request, hint.priority),
-        f"{job_id}-early{next(_EARLY_IDS)}",
-        stop=running.stop,
-    )
-    return EarlyStart(hint, request, prompt_ids, running, deltas)
+    ticket = runtime.first_tokens.take() if hint.priority == Priority.INTERACTIVE else None
+    try:
+        deltas = runtime.engine.stream(
+            prompt_ids,
+            sampling_options(request, hint.priority),
+            f"{job_id}-early{next(_EARLY_IDS)}",
+            stop=running.stop,
+        )
+    except BaseException:
+        if ticket is not None:
+            ticket.give_back()
+        raise
+    return EarlyStart(hint, request, prompt_ids, running, deltas, ticket)
 
 
 def start_on_receipt(runtime: WorkerRuntime, job_id: str, hint: JobHint) -> None:

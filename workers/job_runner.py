@@ -22,6 +22,7 @@ from schemas.requests import GenerationRequest
 from workers.conversations import in_conversation
 from workers.early_start import EarlyStart, JobHint, start_early
 from workers.engine.base import DeltaStream
+from workers.first_tokens import FirstTokenTicket
 from workers.job_input import chat_messages, check_context, parse_request, sampling_options
 from workers.jobs import (
     ClaimedJob,
@@ -217,6 +218,8 @@ class _Started:
     deltas: DeltaStream | None
     """None when earlier attempts already generated every token asked for."""
     resumed_tokens: int = 0
+    ticket: FirstTokenTicket | None = None
+    """An interactive request's, given back at its first token."""
 
 
 def generate(
@@ -235,7 +238,7 @@ def generate(
     the engine is already on it (started from the message, before the claim).
     """
     started = (
-        _Started(early.request, early.prompt_ids, early.deltas)
+        _Started(early.request, early.prompt_ids, early.deltas, ticket=early.ticket)
         if early is not None
         else _start(runtime, claimed, running, resumed_text)
     )
@@ -254,6 +257,8 @@ def generate(
         for delta in started.deltas:
             if delta.text:
                 if generation.ttft_ms is None:
+                    if started.ticket is not None:
+                        started.ticket.give_back()
                     since_claim_s = time.monotonic() - claimed.claimed_monotonic
                     generation.ttft_ms = claim_offset_ms + since_claim_s * 1000.0
                 generation.text_parts.append(delta.text)
@@ -264,6 +269,8 @@ def generate(
             generation.finish_reason = delta.finish_reason or generation.finish_reason
     finally:
         started.deltas.close()
+        if started.ticket is not None:
+            started.ticket.give_back()
     runtime.prefix_stats.record(
         prompt_tokens=generation.prompt_tokens,
         cached_tokens=generation.cached_prompt_tokens,
@@ -275,20 +282,31 @@ def generate(
 def _start(
     runtime: WorkerRuntime, claimed: ClaimedJob, running: RunningJob, resumed_text: str
 ) -> _Started:
-    """Submit the claimed job to the engine, after what earlier attempts streamed."""
+    """Submit the claimed job to the engine, after what earlier attempts streamed; a
+    batch job first waits for the worker's interactive first tokens (``first_tokens``)."""
     request = parse_request(claimed.request)
     prompt_ids = runtime.engine.render_chat(chat_messages(request, runtime))
     resumed_ids = runtime.engine.encode(resumed_text) if resumed_text else []
     check_context(len(prompt_ids), request.max_tokens, runtime)
     if len(resumed_ids) >= request.max_tokens:
         return _Started(request, prompt_ids, None, len(resumed_ids))
-    deltas = runtime.engine.stream(
-        prompt_ids + resumed_ids,
-        sampling_options(request, claimed.priority, done_tokens=len(resumed_ids)),
-        f"{claimed.id}-{claimed.attempt}",
-        stop=running.stop,
-    )
-    return _Started(request, prompt_ids, deltas, len(resumed_ids))
+    ticket = None
+    if claimed.priority == Priority.INTERACTIVE:
+        ticket = runtime.first_tokens.take()
+    else:
+        runtime.first_tokens.wait_clear()
+    try:
+        deltas = runtime.engine.stream(
+            prompt_ids + resumed_ids,
+            sampling_options(request, claimed.priority, done_tokens=len(resumed_ids)),
+            f"{claimed.id}-{claimed.attempt}",
+            stop=running.stop,
+        )
+    except BaseException:
+        if ticket is not None:
+            ticket.give_back()
+        raise
+    return _Started(request, prompt_ids, deltas, len(resumed_ids), ticket)
 
 
 def _fail(

@@ -16,6 +16,7 @@ from schemas.settings import Settings
 from workers.append_combiner import AppendCombiner
 from workers.deferred_writes import DeferredWrites
 from workers.engine.base import Engine
+from workers.first_tokens import FirstTokenGate
 from workers.metrics import WorkerMetrics
 from workers.prefix import PrefixCacheStats
 from workers.received_starts import ReceivedStarts
@@ -48,5 +49,7 @@ class WorkerRuntime:
     """A job's end the database refused through every retry, until it takes it."""
     received: ReceivedStarts[EarlyStart] = field(default_factory=ReceivedStarts)
     """Engine requests started as their messages arrived, until their tasks take them."""
+    first_tokens: FirstTokenGate = field(default_factory=FirstTokenGate)
+    """Interactive requests before their first token, which batch starts wait out."""
     appends: AppendCombiner | None = None
     """Combines the jobs' stream events into one round trip (None: one each)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
@@ -295,3 +296,46 @@ def test_interactive_jobs_ask_the_engine_for_its_first_place(
         INTERACTIVE_PRIORITY,
     ]
     assert INTERACTIVE_PRIORITY < BACKGROUND_PRIORITY  # lower is scheduled first
+
+
+class StampedEngine(ScriptedEngine):
+    """A scripted engine that notes when each request was handed to it, and its priority."""
+
+    def __init__(self, chunks: Sequence[str], *, delay_s: float) -> None:
+        super().__init__(chunks, delay_s=delay_s)
+        self.handed: list[tuple[float, int]] = []
+
+    def stream(
+        self,
+        prompt_token_ids: list[int],
+        options: SamplingOptions,
+        request_id: str,
+        *,
+        stop: threading.Event | None = None,
+    ) -> Iterator[Delta]:
+        self.handed.append((time.monotonic(), options.priority))
+        return super().stream(prompt_token_ids, options, request_id, stop=stop)
+
+
+def test_a_batch_job_reaches_the_engine_only_after_an_interactive_first_token(
+    integration_settings: Settings,
+) -> None:
+    """Its prefill would share the interactive request's prefill step and delay that
+    first token; it waits for the token (0.3 s here) instead."""
+    engine = StampedEngine(["a", "b"], delay_s=0.3)
+    runtime = runtime_for(integration_settings, engine)
+    request = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    with Client(integration_settings) as client:
+        interactive = client.submit(request, priority="interactive")
+        batch = client.submit(request, priority="batch")
+        person = threading.Thread(target=run_job, args=(runtime, interactive.job_id))
+        person.start()
+        while not engine.handed:
+            time.sleep(0.005)
+        run_job(runtime, batch.job_id)
+        person.join()
+        statuses = (client.status(interactive.job_id), client.status(batch.job_id))
+    (interactive_at, first), (batch_at, second) = engine.handed
+    assert (first, second) == (INTERACTIVE_PRIORITY, BACKGROUND_PRIORITY)
+    assert batch_at - interactive_at >= 0.25
+    assert statuses == (JobStatus.DONE, JobStatus.DONE)
