@@ -20,7 +20,7 @@ from schemas.errors import LlmqError
 from schemas.queues import Priority
 from schemas.requests import GenerationRequest
 from workers.engine.base import DeltaStream
-from workers.first_tokens import FirstTokenTicket
+from workers.first_tokens import FirstTokenTicket, handing_over
 from workers.job_input import chat_messages, check_context, parse_request, sampling_options
 from workers.jobs import ClaimedJob
 from workers.running_jobs import RunningJob
@@ -80,17 +80,13 @@ def start_early(runtime: WorkerRuntime, job_id: str, hint: JobHint | None) -> Ea
         return None
     running = RunningJob()
     ticket = runtime.first_tokens.take() if hint.priority == Priority.INTERACTIVE else None
-    try:
+    with handing_over(ticket):
         deltas = runtime.engine.stream(
             prompt_ids,
             sampling_options(request, hint.priority),
             f"{job_id}-early{next(_EARLY_IDS)}",
             stop=running.stop,
         )
-    except BaseException:
-        if ticket is not None:
-            ticket.give_back()
-        raise
     return EarlyStart(hint, request, prompt_ids, running, deltas, ticket)
 
 

@@ -12,8 +12,10 @@ that was never given back (a path that forgot it) stops counting after ``TICKET_
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 
 WAIT_MAX_S = 1.0
 """The longest a batch job's start waits for interactive first tokens."""
@@ -80,3 +82,14 @@ class FirstTokenGate:
 
     def _forget_stale(self, now: float) -> None:
         self._waiting = {t for t in self._waiting if now - t.taken_at < self._ttl_s}
+
+
+@contextlib.contextmanager
+def handing_over(ticket: FirstTokenTicket | None) -> Iterator[None]:
+    """Hand a request to the engine inside: if that fails, its ticket is given back."""
+    try:
+        yield
+    except BaseException:
+        if ticket is not None:
+            ticket.give_back()
+        raise

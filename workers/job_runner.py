@@ -22,7 +22,7 @@ from schemas.requests import GenerationRequest
 from workers.conversations import in_conversation
 from workers.early_start import EarlyStart, JobHint, start_early
 from workers.engine.base import DeltaStream
-from workers.first_tokens import FirstTokenTicket
+from workers.first_tokens import FirstTokenTicket, handing_over
 from workers.job_input import chat_messages, check_context, parse_request, sampling_options
 from workers.jobs import (
     ClaimedJob,
@@ -295,17 +295,13 @@ def _start(
         ticket = runtime.first_tokens.take()
     else:
         runtime.first_tokens.wait_clear()
-    try:
+    with handing_over(ticket):
         deltas = runtime.engine.stream(
             prompt_ids + resumed_ids,
             sampling_options(request, claimed.priority, done_tokens=len(resumed_ids)),
             f"{claimed.id}-{claimed.attempt}",
             stop=running.stop,
         )
-    except BaseException:
-        if ticket is not None:
-            ticket.give_back()
-        raise
     return _Started(request, prompt_ids, deltas, len(resumed_ids), ticket)
 
 

@@ -152,12 +152,16 @@ class RowWatch:
 
     def __init__(self, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
         self.settings = settings
-        self.seen: list[tuple[list[bytes], int]] = []
+        self.seen: list[tuple[str, bool, int]] = []
         real = client_module.insert_job
 
         def watched(*args: Any, **kwargs: Any) -> Any:
             broker = redis.Redis.from_url(settings.broker_url)
-            self.seen.append((stream_channels(settings), broker.llen("llm.small.interactive")))
+            # Channels are server-wide: tests running beside this one have theirs.
+            channel = event_channel(kwargs["job_id"]).encode()
+            subscribed = channel in stream_channels(settings)
+            queued = broker.llen("llm.small.interactive")
+            self.seen.append((kwargs["job_id"], subscribed, queued))
             return real(*args, **kwargs)
 
         monkeypatch.setattr(client_module, "insert_job", watched)
@@ -189,7 +193,7 @@ def test_a_sync_subscription_is_confirmed_after_the_message_and_before_the_row(
         handle.close()
     assert order == ["push", "confirm"]
     assert held
-    assert rows.seen == [([event_channel(handle.job_id).encode()], 1)]
+    assert rows.seen == [(handle.job_id, True, 1)]
 
 
 def test_an_async_subscription_is_confirmed_before_the_row(
@@ -208,7 +212,7 @@ def test_an_async_subscription_is_confirmed_before_the_row(
 
     job_id, held = asyncio.run(scenario())
     assert held
-    assert rows.seen == [([event_channel(job_id).encode()], 1)]
+    assert rows.seen == [(job_id, True, 1)]
 
 
 def test_an_async_subscription_not_confirmed_in_time_is_not_used(
@@ -225,12 +229,13 @@ def test_an_async_subscription_not_confirmed_in_time_is_not_used(
 
     monkeypatch.setattr(PubSubPool, "confirmed", slow)
 
-    async def scenario() -> tuple[bool, str, list[bytes]]:
+    async def scenario() -> tuple[bool, str, bool]:
         async with AsyncClient(integration_settings) as client:
             handle = await client.submit("hi", tier="small", subscribe=True)
             status = (await client.job(handle.job_id)).status
             held = handle.early is not None
             await handle.aclose()
-            return held, status, stream_channels(integration_settings)
+            channel = event_channel(handle.job_id).encode()
+            return held, status, channel in stream_channels(integration_settings)
 
-    assert asyncio.run(scenario()) == (False, "queued", [])
+    assert asyncio.run(scenario()) == (False, "queued", False)
