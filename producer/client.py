@@ -159,10 +159,10 @@ class Client:
         the row is written; the handle keeps the subscription for its first read."""
         pending = self._subscriptions.pending(event_channel(job_id))
 
-        def confirm_then(before: Callable[[], None] | None = before_row) -> None:
+        def confirm_then() -> None:
             pending.confirm()
-            if before is not None:
-                before()
+            if before_row is not None:
+                before_row()
 
         try:
             handle = submit(job_id=job_id, before_row=confirm_then)

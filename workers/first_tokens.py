@@ -24,18 +24,15 @@ TICKET_TTL_S = 5.0
 
 
 class FirstTokenTicket:
-    """One interactive request waiting for its first token; give it back once (more
-    calls do nothing)."""
+    """One interactive request waiting for its first token; giving it back again does
+    nothing (the gate holds it no longer)."""
 
     def __init__(self, gate: FirstTokenGate) -> None:
         self._gate = gate
         self.taken_at = time.monotonic()
-        self._given_back = False
 
     def give_back(self) -> None:
-        if not self._given_back:
-            self._given_back = True
-            self._gate.release(self)
+        self._gate.release(self)
 
 
 class FirstTokenGate:
@@ -54,6 +51,7 @@ class FirstTokenGate:
         return ticket
 
     def release(self, ticket: FirstTokenTicket) -> None:
+        """Stop holding batch back for ``ticket`` (one no longer held: nothing)."""
         with self._changed:
             self._waiting.discard(ticket)
             self._changed.notify_all()
