@@ -29,6 +29,7 @@ from bench.harness import (
     queued_timing,
     rounded,
 )
+from bench.spread import difference_interval
 from schemas.queues import Tier
 from schemas.settings import Settings
 from workers.engine.vllm import VllmEngine
@@ -103,11 +104,13 @@ def _report(
         "direct_ttft_ms_p50": rounded(median(d_ttft)),
         "queued_ttft_ms_p50": rounded(median(q_ttft)),
         "added_ms_p50": rounded(median(q_ttft) - median(d_ttft)),
+        "added_ms_p50_ci95": difference_interval(d_ttft, q_ttft),
         "direct_ttft_ms_p90": rounded(percentile(d_ttft, 90)),
         "queued_ttft_ms_p90": rounded(percentile(q_ttft, 90)),
         "direct_itl_ms_p50": rounded(median(d_itl)),
         "queued_itl_ms_p50": rounded(median(q_itl)),
         "added_itl_ms_p50": rounded(median(q_itl) - median(d_itl)),
+        "added_itl_ms_p50_ci95": difference_interval(d_itl, q_itl),
         # Every sample, for the report's distribution plots.
         "direct_ttft_samples_ms": [rounded(x) for x in d_ttft],
         "queued_ttft_samples_ms": [rounded(x) for x in q_ttft],

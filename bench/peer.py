@@ -36,6 +36,7 @@ from bench.harness import (
     step,
 )
 from bench.redis_server import RedisServer, free_port
+from bench.spread import difference_interval, ratio_interval
 from producer.gateway.keys import create_key
 from schemas.queues import Tier
 from schemas.settings import Settings
@@ -287,8 +288,11 @@ def _report(samples: dict[str, SideSamples], tier: Tier, plan: PeerPlan) -> dict
         # puts its processes), which a median alone would hide.
         figures[f"{name}_tok_s_samples"] = [rounded(x) for x in side.tok_s]
     figures["ttft_ratio"] = _ratio(llmq.ttft_ms, vllm.ttft_ms)
+    figures["ttft_ratio_ci95"] = ratio_interval(vllm.ttft_ms, llmq.ttft_ms)
     figures["ttft_added_ms"] = rounded(median(llmq.ttft_ms) - median(vllm.ttft_ms))
+    figures["ttft_added_ms_ci95"] = difference_interval(vllm.ttft_ms, llmq.ttft_ms)
     figures["total_ratio"] = _ratio(llmq.total_ms, vllm.total_ms)
+    figures["total_ratio_ci95"] = ratio_interval(vllm.total_ms, llmq.total_ms)
     figures["throughput_ratio"] = _ratio(llmq.tok_s, vllm.tok_s)
     return figures
 

@@ -23,6 +23,7 @@ from bench.harness import (
     rounded,
     step,
 )
+from bench.spread import ratio_interval
 from producer.client import Client
 from schemas.jobs import JobResult, JobStatus
 from schemas.queues import Priority, Tier
@@ -109,6 +110,8 @@ def run_priority(
         "idle_ttft_p99_ms": rounded(idle_p99),
         "loaded_ttft_p99_ms": rounded(loaded_p99),
         "ratio": rounded(loaded_p99 / idle_p99),
+        # A p99 of 100 samples is the second-slowest: resampled, it moves a lot.
+        "ratio_ci95": ratio_interval(idle, loaded, 99),
         "idle_step_ms_p50": None if step_ms is None else rounded(step_ms),
         "one_step_wait_ratio_model": (
             None if step_ms is None else rounded(one_step_wait_ratio(idle, step_ms))

@@ -78,6 +78,21 @@ class Goal:
         }[self.op]
         return value, bool(met)
 
+    def interval(self, results: dict[str, Result]) -> tuple[float, float] | None:
+        """The figure's 95% interval (``<key>_ci95``, ``bench.spread``), where it has one."""
+        bounds = results.get(self.bench, {}).get(f"{self.key}_ci95")
+        if not isinstance(bounds, list) or len(bounds) != 2:
+            return None
+        return float(bounds[0]), float(bounds[1])
+
+    def within_noise(self, results: dict[str, Result]) -> bool:
+        """True when the figure's interval reaches both sides of the target: one run
+        cannot tell whether the goal is met."""
+        bounds = self.interval(results)
+        if bounds is None or self.op == "==":
+            return False
+        return bounds[0] <= self.target <= bounds[1]
+
 
 # Fault-lab counts that must be zero: each is a goal of the report, and its plot.
 FAULT_ZERO_KEYS = (
@@ -276,7 +291,12 @@ def _html(
             continue
         mark = {True: ("met", "met"), False: ("not met", "miss"), None: ("not measured", "na")}
         text, css = mark[met]
+        if met is not None and goal.within_noise(results):
+            text += " (within noise)"
         shown = "-" if value is None else f"{value:g}"
+        bounds = goal.interval(results)
+        if bounds is not None:
+            shown += f" [{bounds[0]:g}, {bounds[1]:g}]"
         rows.append(
             f"<tr class='{css}'><td>{e(goal.bench)}</td><td>{e(goal.label)}</td>"
             f"<td><code>{e(goal.key)}</code></td><td class='num'>{e(shown)}</td>"
@@ -334,9 +354,11 @@ img {{ max-width: 100%; height: auto; }}
 <h2 id="machine">Machine</h2>
 <table>{machine_rows}</table>
 <h2 id="goals">Figures and goals ({met_count} of {judged} met)</h2>
-<table><tr><th>bench</th><th>figure</th><th>key</th><th>measured</th><th>goal</th>
-<th></th></tr>
+<table><tr><th>bench</th><th>figure</th><th>key</th><th>measured [95% interval]</th>
+<th>goal</th><th></th></tr>
 {"".join(rows)}</table>
+<p>An interval is the bench's samples resampled (<code>bench/spread.py</code>); a goal
+within one's reach on both sides is marked within noise: one run does not settle it.</p>
 {missing_note}
 {f"<ul>{failed}</ul>" if failed else ""}
 <h2>Plots</h2><ul>{"".join(toc)}</ul>

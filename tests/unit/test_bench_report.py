@@ -50,6 +50,29 @@ def test_the_goal_table_marks_each_figure_and_the_page_says_quick(built: Path) -
     assert "(20 of 22 met)" in page
 
 
+def test_a_goal_whose_interval_straddles_its_target_is_within_noise() -> None:
+    goal = report.Goal("overhead", "added_ms_p50", "queue path adds", "<=", 3)
+    straddling = {"overhead": {"added_ms_p50": 2.5, "added_ms_p50_ci95": [-1.0, 6.0]}}
+    clear = {"overhead": {"added_ms_p50": 2.5, "added_ms_p50_ci95": [1.0, 2.9]}}
+    without = {"overhead": {"added_ms_p50": 2.5}}
+    assert goal.within_noise(straddling)
+    assert goal.interval(straddling) == (-1.0, 6.0)
+    assert not goal.within_noise(clear)
+    assert not goal.within_noise(without)
+    assert goal.interval(without) is None
+
+
+def test_the_goal_table_shows_intervals_and_marks_a_figure_within_noise(tmp_path: Path) -> None:
+    (tmp_path / "overhead.json").write_text(
+        '{"bench": "overhead", "added_ms_p50": 2.5, "added_ms_p50_ci95": [-1.0, 6.0],'
+        ' "added_itl_ms_p50": 0.1, "added_itl_ms_p50_ci95": [0.05, 0.2]}\n'
+    )
+    page = report.build_report(tmp_path, machine={}).read_text()
+    assert "2.5 [-1, 6]" in page
+    assert page.count("met (within noise)") == 1
+    assert "0.1 [0.05, 0.2]" in page
+
+
 def test_a_bench_printout_is_read_from_its_last_line(tmp_path: Path) -> None:
     (tmp_path / "warm.json").write_text(
         '               ratio: 22.48\n{"bench": "warm", "ratio": 22.48}\n'
