@@ -59,3 +59,8 @@ def test_peer_report_gives_token_and_chunk_rates_and_each_rounds_rate() -> None:
     assert figures["llmq_chunk_s_16"] == 405.0
     assert figures["vllm_tok_s_samples"] == [300.0, 460.0]
     assert figures["throughput_ratio"] == round(445.0 / 380.0, 3)
+    # Both sides took the same first tokens and totals: their intervals hold 1 and 0.
+    low, high = figures["ttft_ratio_ci95"]
+    assert low < 1.0 < high
+    assert figures["ttft_added_ms_ci95"][0] < 0.0 < figures["ttft_added_ms_ci95"][1]
+    assert figures["total_ratio_ci95"] == [1.0, 1.0]
