@@ -358,7 +358,8 @@ img {{ max-width: 100%; height: auto; }}
 <th>goal</th><th></th></tr>
 {"".join(rows)}</table>
 <p>An interval is the bench's samples resampled (<code>bench/spread.py</code>); a goal
-within one's reach on both sides is marked within noise: one run does not settle it.</p>
+whose target lies inside its figure's interval is marked within noise: one run does
+not settle it.</p>
 {missing_note}
 {f"<ul>{failed}</ul>" if failed else ""}
 <h2>Plots</h2><ul>{"".join(toc)}</ul>
