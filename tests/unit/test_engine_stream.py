@@ -101,6 +101,8 @@ def test_stream_returns_once_the_engine_holds_the_request(
     engine._engine = fake  # type: ignore[assignment]
     engine._signal_handovers(fake)  # type: ignore[arg-type]
     engine._thread.start()
+    # vLLM's first import takes seconds (more on a busy host); it is not the wait tested.
+    vllm_engine.sampling_params(SamplingOptions(max_tokens=1))
     try:
         started = time.monotonic()
         deltas = engine.stream([1, 2], SamplingOptions(max_tokens=1), "job-1")
