@@ -20,6 +20,7 @@ from schemas.jobs import JobResult
 from schemas.progress import ProgressBar
 from schemas.queues import Tier
 from schemas.settings import Settings
+from workers.cpu_pinning import kept_off_compute_cores
 from workers.engine.base import SamplingOptions
 from workers.engine.vllm import VllmEngine
 from workers.models import resolve_model
@@ -120,7 +121,10 @@ def engine_only(
                 config=config,
             )
         try:
-            yield engine
+            # Where the worker keeps itself off the engine's compute cores, so does the
+            # process that drives the engine directly: both sides alike.
+            with kept_off_compute_cores() if settings.pin_worker_cpus else contextlib.nullcontext():
+                yield engine
         finally:
             engine.shutdown()
 

@@ -5,7 +5,8 @@ reached through Redis with the Python client; both run the tier's engine setting
 slots. Only one engine is up at a time (an idle vLLM engine's threads spin and would
 slow the other side on a small host), so the sides alternate in blocks, each starting
 its engine afresh. This process runs with the worker's GIL switch interval, so both
-sides hop threads alike.
+sides hop threads alike, and keeps its threads off the engine's compute cores while
+its engine is up, as the worker does (``pin_worker_cpus``).
 """
 
 from __future__ import annotations

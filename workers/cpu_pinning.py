@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import psutil
@@ -80,6 +80,20 @@ def pin_off_compute_cores() -> Pinning | None:
         free,
     )
     return plan
+
+
+@contextlib.contextmanager
+def kept_off_compute_cores() -> Iterator[Pinning | None]:
+    """:func:`pin_off_compute_cores` for a while: afterwards every thread of this
+    process (those started meanwhile too, which inherited the narrow mask) gets back
+    the cores the process had, so processes it starts later may use them all."""
+    cores = os.sched_getaffinity(0)
+    try:
+        yield pin_off_compute_cores()
+    finally:
+        for thread_id in _thread_ids(os.getpid()):
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(thread_id, cores)
 
 
 def _thread_ids(pid: int) -> list[int]:

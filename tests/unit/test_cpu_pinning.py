@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from workers.cpu_pinning import Pinning, plan_pinning
+import os
+import subprocess
+import sys
+import threading
+
+from workers.cpu_pinning import Pinning, kept_off_compute_cores, plan_pinning
 
 
 def test_the_worker_leaves_the_cores_vllm_bound_its_compute_threads_to() -> None:
@@ -25,3 +30,24 @@ def test_nothing_changes_where_vllm_bound_nothing() -> None:
 
 def test_the_worker_is_never_left_without_a_core() -> None:
     assert plan_pinning([0, 1], [[0], [1]]) is None
+
+
+def test_a_bench_process_gets_its_cores_back_after_driving_an_engine() -> None:
+    # A child bound to one core stands in for vLLM's compute worker.
+    cores = sorted(os.sched_getaffinity(0))
+    assert len(cores) >= 2, "this test needs two cores"
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    stop = threading.Event()
+    try:
+        os.sched_setaffinity(child.pid, {cores[0]})
+        with kept_off_compute_cores() as plan:
+            assert plan is not None and plan.compute == frozenset({cores[0]})
+            assert cores[0] not in os.sched_getaffinity(0)
+            started_meanwhile = threading.Thread(target=stop.wait, daemon=True)
+            started_meanwhile.start()
+        for thread_id in os.listdir(f"/proc/{os.getpid()}/task"):
+            assert sorted(os.sched_getaffinity(int(thread_id))) == cores
+    finally:
+        stop.set()
+        child.kill()
+        child.wait()
