@@ -251,12 +251,12 @@ def is_loopback(address: str) -> bool:
 
 
 def flower_command(*, port: int, address: str) -> list[str]:
-    """The ``celery flower`` command line; the broker comes from ``CELERY_BROKER_URL``."""
+    """The command that runs Flower (``producer.gateway.flower_run``); the broker comes
+    from ``CELERY_BROKER_URL``."""
     return [
         sys.executable,
         "-m",
-        "celery",
-        "flower",
+        "producer.gateway.flower_run",
         f"--port={port}",
         f"--address={address}",
         "--purge_offline_workers=60",

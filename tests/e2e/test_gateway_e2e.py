@@ -116,5 +116,5 @@ def test_flower_lists_the_worker_and_its_queues(e2e_settings: Settings, worker: 
         queues = {q["name"] for q in workers[worker]["active_queues"]}  # type: ignore[index]
         assert queues == {"llm.small.interactive", "llm.small.batch"}
     finally:
-        # What Flower saw is the test; its shutdown sometimes outlasts SIGTERM's grace.
+        # What Flower saw is the test; its stop is tests/integration/test_flower_stop.py.
         stop_process(flower, grace_s=10)
