@@ -266,6 +266,16 @@ class StreamTiming:
     total_ms: float
     chunks: int
     tokens: int
+    engine_ttft_ms: float | None = None
+    """Through llmq: the worker's own measure of the engine's part of ``ttft_ms``
+    (``schemas.events.Timings.engine_ttft_ms``)."""
+
+    @property
+    def queue_path_ms(self) -> float | None:
+        """What the queue path put on the way to the first text (None: not through llmq)."""
+        if self.engine_ttft_ms is None:
+            return None
+        return self.ttft_ms - self.engine_ttft_ms
 
     @property
     def itl_ms(self) -> float | None:
@@ -293,7 +303,9 @@ class StreamClock:
         self.first = self.first or self.last
         self.chunks += 1
 
-    def timing(self, tokens: int | None = None) -> StreamTiming:
+    def timing(
+        self, tokens: int | None = None, *, engine_ttft_ms: float | None = None
+    ) -> StreamTiming:
         """The stream's timing; ``tokens``: completion tokens as the server counted
         them (None: one per piece, for a server that does not say)."""
         if self.first is None:
@@ -304,6 +316,7 @@ class StreamClock:
             (self.last - self.started) * to_ms,
             self.chunks,
             self.chunks if tokens is None else tokens,
+            engine_ttft_ms,
         )
 
 
@@ -325,7 +338,10 @@ def queued_timing(rig: Rig, max_tokens: int) -> StreamTiming:
     handle = rig.client.submit(request_fields(max_tokens), tier=rig.tier, subscribe=True)
     for _chunk in handle.stream(timeout=300):
         clock.text()
-    return clock.timing(handle.result(timeout=300).usage.completion_tokens)
+    result = handle.result(timeout=300)
+    return clock.timing(
+        result.usage.completion_tokens, engine_ttft_ms=result.timings.engine_ttft_ms
+    )
 
 
 def queued_ttft_ms(rig: Rig, max_tokens: int, request: dict[str, object] | None = None) -> float:

@@ -30,7 +30,7 @@ from bench.harness import (
     queued_timing,
     rounded,
 )
-from bench.spread import difference_interval
+from bench.spread import difference_interval, percentile_interval
 from schemas.queues import Tier
 from schemas.settings import Settings
 from workers.engine.vllm import VllmEngine
@@ -96,6 +96,7 @@ def _report(
     d_ttft, q_ttft = [t.ttft_ms for t in direct], [t.ttft_ms for t in queued]
     d_itl = [t.itl_ms for t in direct if t.itl_ms is not None]
     q_itl = [t.itl_ms for t in queued if t.itl_ms is not None]
+    paths = [t.queue_path_ms for t in queued if t.queue_path_ms is not None]
     return {
         "bench": "overhead",
         "tier": tier.value,
@@ -112,6 +113,11 @@ def _report(
         "queued_itl_ms_p50": rounded(median(q_itl)),
         "added_itl_ms_p50": rounded(median(q_itl) - median(d_itl)),
         "added_itl_ms_p50_ci95": difference_interval(d_itl, q_itl),
+        # Within each queued request (its reader's first text less the worker's measure
+        # of the engine's part): free of the engines' drift between blocks, blind to
+        # what the worker's process does to the engine's speed.
+        "queue_path_ms_p50": rounded(median(paths)) if paths else None,
+        "queue_path_ms_p50_ci95": percentile_interval(paths) if paths else None,
         # Every sample, for the report's distribution plots.
         "direct_ttft_samples_ms": [rounded(x) for x in d_ttft],
         "queued_ttft_samples_ms": [rounded(x) for x in q_ttft],

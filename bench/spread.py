@@ -38,13 +38,25 @@ def ratio_interval(base: Sequence[float], other: Sequence[float], q: float = 50)
     return _interval(base, other, q, np.divide)
 
 
+def percentile_interval(values: Sequence[float], q: float = 50) -> list[float]:
+    """95% interval of ``percentile(values, q)``: one side's figure, such as a
+    difference taken within each sample."""
+    if not values:
+        raise ValueError("an interval needs samples")
+    return _middle(_resampled(np.random.default_rng(SEED), values, q))
+
+
 def _interval(
     base: Sequence[float], other: Sequence[float], q: float, combine: Combine
 ) -> list[float]:
     if not base or not other:
         raise ValueError("an interval needs samples on both sides")
     rng = np.random.default_rng(SEED)
-    figures = combine(_resampled(rng, other, q), _resampled(rng, base, q))
+    return _middle(combine(_resampled(rng, other, q), _resampled(rng, base, q)))
+
+
+def _middle(figures: npt.NDArray[np.float64]) -> list[float]:
+    """The middle ``CONFIDENCE`` of ``figures``, as [low, high]."""
     tail = (1 - CONFIDENCE) / 2 * 100
     low, high = np.percentile(figures, [tail, 100 - tail])
     return [round(float(low), 3), round(float(high), 3)]

@@ -32,6 +32,11 @@ class Timings(BaseModel):
     queue_wait_ms: float = Field(ge=0)
     ttft_ms: float | None = Field(default=None, ge=0)
     total_ms: float = Field(ge=0)
+    engine_ttft_ms: float | None = Field(default=None, ge=0)
+    """From the worker starting on the request (rendering its prompt) to the engine's
+    first text: what a caller of the engine in its own process would wait. A reader's
+    time to first text less this is what the queue path put on the way (submit, queue,
+    claim, publish, delivery). Sent in the final event; not kept in the job's row."""
 
 
 class TokenEvent(BaseModel):

@@ -13,6 +13,7 @@ early request is aborted and the job takes the ordinary path.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -50,6 +51,8 @@ class EarlyStart:
     deltas: DeltaStream
     ticket: FirstTokenTicket | None = None
     """Held until the first token, so no batch prefill joins this one's step."""
+    started_at: float = 0.0
+    """``time.monotonic()`` as the worker began rendering the prompt."""
 
     def matches(self, claimed: ClaimedJob) -> bool:
         """True when the claimed row is the job this request was started for, fresh."""
@@ -72,6 +75,7 @@ def start_early(runtime: WorkerRuntime, job_id: str, hint: JobHint | None) -> Ea
     request, or one the ordinary path must judge (it records the error on the row)."""
     if hint is None:
         return None
+    started_at = time.monotonic()
     try:
         request = parse_request(hint.request)
         prompt_ids = runtime.engine.render_chat(chat_messages(request, runtime))
@@ -87,7 +91,7 @@ def start_early(runtime: WorkerRuntime, job_id: str, hint: JobHint | None) -> Ea
             f"{job_id}-early{next(_EARLY_IDS)}",
             stop=running.stop,
         )
-    return EarlyStart(hint, request, prompt_ids, running, deltas, ticket)
+    return EarlyStart(hint, request, prompt_ids, running, deltas, ticket, started_at)
 
 
 def start_on_receipt(runtime: WorkerRuntime, job_id: str, hint: JobHint) -> None:

@@ -51,6 +51,7 @@ class Generation:
     completion_tokens: int = 0
     finish_reason: str | None = None
     ttft_ms: float | None = None
+    engine_ttft_ms: float | None = None
 
     @property
     def text(self) -> str:
@@ -147,6 +148,7 @@ def _finish(
         queue_wait_ms=claimed.queue_wait_ms,
         ttft_ms=generation.ttft_ms,
         total_ms=claimed.ms_since_created(),
+        engine_ttft_ms=generation.engine_ttft_ms,
     )
     usage = Usage(
         prompt_tokens=generation.prompt_tokens,
@@ -220,6 +222,8 @@ class _Started:
     resumed_tokens: int = 0
     ticket: FirstTokenTicket | None = None
     """An interactive request's, given back at its first token."""
+    started_at: float = 0.0
+    """``time.monotonic()`` as the worker began rendering the prompt."""
 
 
 def generate(
@@ -238,7 +242,13 @@ def generate(
     the engine is already on it (started from the message, before the claim).
     """
     started = (
-        _Started(early.request, early.prompt_ids, early.deltas, ticket=early.ticket)
+        _Started(
+            early.request,
+            early.prompt_ids,
+            early.deltas,
+            ticket=early.ticket,
+            started_at=early.started_at,
+        )
         if early is not None
         else _start(runtime, claimed, running, resumed_text)
     )
@@ -259,8 +269,10 @@ def generate(
                 if generation.ttft_ms is None:
                     if started.ticket is not None:
                         started.ticket.give_back()
-                    since_claim_s = time.monotonic() - claimed.claimed_monotonic
+                    now = time.monotonic()
+                    since_claim_s = now - claimed.claimed_monotonic
                     generation.ttft_ms = claim_offset_ms + since_claim_s * 1000.0
+                    generation.engine_ttft_ms = (now - started.started_at) * 1000.0
                 generation.text_parts.append(delta.text)
                 publisher.token(delta.text)
             if delta.cached_tokens is not None:
@@ -284,6 +296,7 @@ def _start(
 ) -> _Started:
     """Submit the claimed job to the engine, after what earlier attempts streamed; a
     batch job first waits for the worker's interactive first tokens (``first_tokens``)."""
+    started_at = time.monotonic()
     request = parse_request(claimed.request)
     prompt_ids = runtime.engine.render_chat(chat_messages(request, runtime))
     resumed_ids = runtime.engine.encode(resumed_text) if resumed_text else []
@@ -294,7 +307,10 @@ def _start(
     if claimed.priority == Priority.INTERACTIVE:
         ticket = runtime.first_tokens.take()
     else:
+        # The wait is the worker's scheduling, not the engine's: left out of started_at.
+        waited_from = time.monotonic()
         runtime.first_tokens.wait_clear()
+        started_at += time.monotonic() - waited_from
     with handing_over(ticket):
         deltas = runtime.engine.stream(
             prompt_ids + resumed_ids,
@@ -302,7 +318,7 @@ def _start(
             f"{claimed.id}-{claimed.attempt}",
             stop=running.stop,
         )
-    return _Started(request, prompt_ids, deltas, len(resumed_ids), ticket)
+    return _Started(request, prompt_ids, deltas, len(resumed_ids), ticket, started_at)
 
 
 def _fail(

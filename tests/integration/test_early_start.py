@@ -207,3 +207,22 @@ def test_the_worker_starts_an_interactive_job_when_its_message_is_read(
         stop()
     assert len(engine.request_ids) == 1  # the batch job and the retry wait for their tasks
     assert app.runtime.received.take(handle.job_id) is not None
+
+
+@pytest.mark.parametrize("from_message", [True, False])
+def test_the_final_event_says_how_long_the_engine_took_to_its_first_text(
+    integration_settings: Settings, from_message: bool
+) -> None:
+    # The scripted engine waits this long before each chunk.
+    engine = ScriptedEngine(["Hel", "lo"], delay_s=0.3)
+    with Client(integration_settings) as client:
+        handle = client.submit({"messages": [{"role": "user", "content": "say hi"}]})
+        hint = hint_of(integration_settings, handle.job_id) if from_message else None
+        run_job(runtime_for(integration_settings, engine), handle.job_id, hint)
+        final = list(handle.events(timeout=10))[-1]
+    assert isinstance(final, FinalEvent)
+    engine_ttft_ms = final.timings.engine_ttft_ms
+    assert engine_ttft_ms is not None and final.timings.ttft_ms is not None
+    # One chunk's wait, not two; within the job's own time to first text.
+    assert 300 <= engine_ttft_ms < 600
+    assert engine_ttft_ms <= final.timings.ttft_ms

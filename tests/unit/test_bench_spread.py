@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bench.harness import median, percentile
-from bench.spread import difference_interval, ratio_interval
+from bench.spread import difference_interval, percentile_interval, ratio_interval
 
 
 def _normal(mean: float, sd: float, n: int, seed: int) -> list[float]:
@@ -49,3 +49,14 @@ def test_no_samples_is_an_error() -> None:
         difference_interval([], [1.0])
     with pytest.raises(ValueError, match="both sides"):
         ratio_interval([1.0], [])
+
+
+def test_one_sides_interval_holds_its_median_and_narrows_with_quieter_samples() -> None:
+    quiet, noisy = _normal(4, 0.5, 30, 11), _normal(4, 5, 30, 11)
+    low, high = percentile_interval(quiet)
+    assert low <= median(quiet) <= high
+    assert high - low < 1
+    noisy_low, noisy_high = percentile_interval(noisy)
+    assert noisy_high - noisy_low > 5 * (high - low)
+    with pytest.raises(ValueError, match="needs samples"):
+        percentile_interval([])

@@ -17,6 +17,27 @@ def test_one_token_has_no_inter_token_latency() -> None:
     assert StreamTiming(ttft_ms=40.0, total_ms=40.0, chunks=1, tokens=1).itl_ms is None
 
 
+def test_the_queue_path_is_the_first_text_less_the_engines_part() -> None:
+    assert StreamTiming(50.0, 90.0, 3, 3, engine_ttft_ms=44.5).queue_path_ms == 5.5
+    # Not through llmq: nothing to split.
+    assert StreamTiming(50.0, 90.0, 3, 3).queue_path_ms is None
+
+
+def test_overhead_report_takes_the_queue_path_within_each_request() -> None:
+    from bench.overhead import _report
+    from schemas.queues import Tier
+
+    direct = [StreamTiming(40.0 + i, 100.0 + i, 4, 4) for i in range(10)]
+    # Slower blocks and faster ones: each request's own engine part is taken off.
+    queued = [
+        StreamTiming(80.0 + i * 10, 200.0, 4, 4, engine_ttft_ms=76.0 + i * 10) for i in range(10)
+    ]
+    figures = _report(direct, queued, tier=Tier.SMALL, max_tokens=4, blocks=2)
+    assert figures["queue_path_ms_p50"] == 4.0
+    assert figures["queue_path_ms_p50_ci95"] == [4.0, 4.0]
+    assert figures["added_ms_p50"] == 80.0 + 45.0 - (40.0 + 4.5)
+
+
 def test_clock_counts_chunks_and_takes_the_servers_token_count() -> None:
     clock = StreamClock()
     clock.text()
