@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar, cast
@@ -363,6 +363,13 @@ def queued_sample(
         # Drain, so the next sample starts on an idle engine.
         return ttft, handle.result(timeout=300)
     raise RuntimeError("the job produced no text")
+
+
+def in_block_order(sides: Sequence[T], block: int) -> list[T]:
+    """The order in which ``sides`` run in block ``block`` (from 0): as given, then
+    reversed, and so on (A B, B A, A B...). A host whose speed drifts one way through
+    a run then favours neither side, as it would the side that always goes second."""
+    return list(sides) if block % 2 == 0 else list(reversed(sides))
 
 
 PAIRED_WARMUP_ROUNDS = 3

@@ -3,10 +3,11 @@
 The direct side is an engine in this process; the queued side is a worker process,
 reached through Redis with the Python client; both run the tier's engine settings and
 slots. Only one engine is up at a time (an idle vLLM engine's threads spin and would
-slow the other side on a small host), so the sides alternate in blocks, each starting
-its engine afresh. This process runs with the worker's GIL switch interval, so both
-sides hop threads alike, and keeps its threads off the engine's compute cores while
-its engine is up, as the worker does (``pin_worker_cpus``).
+slow the other side on a small host), so the sides alternate in blocks (A B, B A...:
+``bench.harness.in_block_order``), each starting its engine afresh. This process
+runs with the worker's GIL switch interval, so both sides hop threads alike, and keeps
+its threads off the engine's compute cores while its engine is up, as the worker does
+(``pin_worker_cpus``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from bench.harness import (
     counted,
     direct_timing,
     engine_only,
+    in_block_order,
     median,
     percentile,
     queued_timing,
@@ -48,18 +50,22 @@ def run_overhead(
     per_block = math.ceil(samples / blocks)
     direct: list[StreamTiming] = []
     queued: list[StreamTiming] = []
-    for block in range(blocks):
-        which = f"block {block + 1}/{blocks}"
-        # Queued first: in a quick report the bench before this one left its worker
-        # running, and the bench after it (batching) starts with the direct engine.
+
+    def queued_block(block: int) -> None:
+        which = f"queued, block {block + 1}/{blocks}"
         with bench_rig(settings, tier, prefill_prompts=False) as rig:
-            queued += _block(
-                lambda _i: queued_timing(rig, max_tokens), per_block, label=f"queued, {which}"
-            )
+            queued.extend(_block(lambda _i: queued_timing(rig, max_tokens), per_block, label=which))
+
+    def direct_block(block: int) -> None:
+        which = f"direct, block {block + 1}/{blocks}"
         with engine_only(settings, tier) as engine:
-            direct += _block(
-                _direct_sample(engine, block, max_tokens), per_block, label=f"direct, {which}"
-            )
+            direct.extend(_block(_direct_sample(engine, block, max_tokens), per_block, label=which))
+
+    for block in range(blocks):
+        # Queued first in the first block: in a quick report the bench before this one
+        # left its worker running.
+        for run_block in in_block_order([queued_block, direct_block], block):
+            run_block(block)
     return _report(direct, queued, tier=tier, max_tokens=max_tokens, blocks=blocks)
 
 

@@ -4,7 +4,8 @@ The honest comparison with the plain alternative: the same model folder and the 
 engine settings (those llmq's worker uses for the tier), the same requests, and the
 official ``openai`` SDK as the client on both sides. Only one engine is ever up: on a
 small CPU host an idle vLLM engine's threads spin and slow any other, so the sides
-run in alternating blocks, each starting its own server and stopping it after.
+run in alternating blocks (A B, B A...: ``bench.harness.in_block_order``), each
+starting its own server and stopping it after.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from bench.harness import (
     StreamClock,
     StreamTiming,
     counted,
+    in_block_order,
     median,
     percentile,
     rounded,
@@ -86,7 +88,7 @@ def run_peer(settings: Settings, *, tier: Tier, plan: PeerPlan) -> dict[str, Any
 
     samples = {side: SideSamples() for side in SIDES}
     for block in range(plan.blocks):
-        for side in SIDES:
+        for side in in_block_order(SIDES, block):
             which = f"{side}, block {block + 1}/{plan.blocks}"
             with contextlib.ExitStack() as stack:
                 with step(f"{which}: starting its server"):

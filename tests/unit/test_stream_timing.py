@@ -85,3 +85,12 @@ def test_peer_report_gives_token_and_chunk_rates_and_each_rounds_rate() -> None:
     assert low < 1.0 < high
     assert figures["ttft_added_ms_ci95"][0] < 0.0 < figures["ttft_added_ms_ci95"][1]
     assert figures["total_ratio_ci95"] == [1.0, 1.0]
+
+
+def test_blocks_alternate_which_side_goes_first() -> None:
+    from bench.harness import in_block_order
+
+    orders = [in_block_order(["a", "b"], block) for block in range(4)]
+    assert orders == [["a", "b"], ["b", "a"], ["a", "b"], ["b", "a"]]
+    # Over each pair of blocks, both sides hold each place once.
+    assert sum(order.index("a") for order in orders) == sum(order.index("b") for order in orders)
