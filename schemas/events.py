@@ -36,7 +36,9 @@ class Timings(BaseModel):
     """From the worker starting on the request (rendering its prompt) to the engine's
     first text: what a caller of the engine in its own process would wait. A reader's
     time to first text less this is what the queue path put on the way (submit, queue,
-    claim, publish, delivery). Sent in the final event; not kept in the job's row."""
+    claim, publish, delivery). The first text is taken as the job reads it, after its
+    claim: a claim that outlasted the engine's first token counts here, not there.
+    Sent in the final event; not kept in the job's row."""
 
 
 class TokenEvent(BaseModel):
