@@ -49,10 +49,10 @@ class EarlyStart:
     prompt_ids: list[int]
     running: RunningJob
     deltas: DeltaStream
+    started_at: float
+    """``time.monotonic()`` as the worker began rendering the prompt."""
     ticket: FirstTokenTicket | None = None
     """Held until the first token, so no batch prefill joins this one's step."""
-    started_at: float = 0.0
-    """``time.monotonic()`` as the worker began rendering the prompt."""
 
     def matches(self, claimed: ClaimedJob) -> bool:
         """True when the claimed row is the job this request was started for, fresh."""
@@ -91,7 +91,7 @@ def start_early(runtime: WorkerRuntime, job_id: str, hint: JobHint | None) -> Ea
             f"{job_id}-early{next(_EARLY_IDS)}",
             stop=running.stop,
         )
-    return EarlyStart(hint, request, prompt_ids, running, deltas, ticket, started_at)
+    return EarlyStart(hint, request, prompt_ids, running, deltas, started_at, ticket)
 
 
 def start_on_receipt(runtime: WorkerRuntime, job_id: str, hint: JobHint) -> None:

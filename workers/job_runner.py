@@ -219,11 +219,11 @@ class _Started:
     prompt_ids: list[int]
     deltas: DeltaStream | None
     """None when earlier attempts already generated every token asked for."""
+    started_at: float
+    """``time.monotonic()`` as the worker began rendering the prompt."""
     resumed_tokens: int = 0
     ticket: FirstTokenTicket | None = None
     """An interactive request's, given back at its first token."""
-    started_at: float = 0.0
-    """``time.monotonic()`` as the worker began rendering the prompt."""
 
 
 def generate(
@@ -243,11 +243,7 @@ def generate(
     """
     started = (
         _Started(
-            early.request,
-            early.prompt_ids,
-            early.deltas,
-            ticket=early.ticket,
-            started_at=early.started_at,
+            early.request, early.prompt_ids, early.deltas, early.started_at, ticket=early.ticket
         )
         if early is not None
         else _start(runtime, claimed, running, resumed_text)
@@ -302,7 +298,7 @@ def _start(
     resumed_ids = runtime.engine.encode(resumed_text) if resumed_text else []
     check_context(len(prompt_ids), request.max_tokens, runtime)
     if len(resumed_ids) >= request.max_tokens:
-        return _Started(request, prompt_ids, None, len(resumed_ids))
+        return _Started(request, prompt_ids, None, started_at, len(resumed_ids))
     ticket = None
     if claimed.priority == Priority.INTERACTIVE:
         ticket = runtime.first_tokens.take()
@@ -318,7 +314,7 @@ def _start(
             f"{claimed.id}-{claimed.attempt}",
             stop=running.stop,
         )
-    return _Started(request, prompt_ids, deltas, len(resumed_ids), ticket, started_at)
+    return _Started(request, prompt_ids, deltas, started_at, len(resumed_ids), ticket)
 
 
 def _fail(
