@@ -138,8 +138,8 @@ class Settings(BaseSettings):
     )
     pin_worker_cpus: bool = Field(
         default=True,
-        description="on a CPU engine, workers keep their own threads and vLLM's engine "
-        "core off the cores vLLM computes on (workers.cpu_pinning)",
+        description="on a CPU engine, workers keep their own threads off the cores vLLM "
+        "computes on (workers.cpu_pinning)",
     )
     prefill_prompts: bool = Field(
         default=True,
