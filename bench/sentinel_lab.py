@@ -218,15 +218,32 @@ class SentinelLab:
 
     def _wait_until_ready(self, timeout_s: float) -> None:
         # A failover needs a replica the sentinels know of and a quorum that knows its
-        # peers (learnt over the master's hello channel, every two seconds).
+        # peers (learnt over the master's hello channel, every two seconds), and a
+        # replica that has finished its first sync: one still loading the master's
+        # snapshot (slow on a busy host) would be promoted with none of what the master
+        # took meanwhile, and every job queued before the kill would be gone.
         deadline = time.monotonic() + timeout_s
         others = len(self.sentinels) - 1
         while True:
-            if all(self._sentinel_ready(sentinel, others) for sentinel in self.sentinels):
+            if self._replica_online() and all(
+                self._sentinel_ready(sentinel, others) for sentinel in self.sentinels
+            ):
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError("the sentinels did not discover the replica and each other")
             time.sleep(0.1)
+
+    def _replica_online(self) -> bool:
+        """Whether the master counts a replica that is through its first sync."""
+        client = self.master.client(decode_responses=True)
+        try:
+            replication = client.info("replication")
+        except redis.RedisError:
+            return False
+        finally:
+            client.close()
+        replicas = [v for k, v in replication.items() if k.startswith("slave")]
+        return any(isinstance(r, dict) and r.get("state") == "online" for r in replicas)
 
     @staticmethod
     def _sentinel_ready(sentinel: _Node, others: int) -> bool:
