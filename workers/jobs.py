@@ -38,7 +38,9 @@ class ClaimedJob:
     attempt: int
     deadline_at: datetime | None = None
     claimed_monotonic: float = field(default_factory=time.monotonic)
-    """This host's monotonic clock at the claim: elapsed time from here on is read off it."""
+    """This host's monotonic clock as the claim was sent: elapsed time from here on is
+    read off it (``started_at`` is the database's clock as the claim ran, so the claim's
+    own round trip counts from here, not lost between the two clocks)."""
 
     @property
     def queue_wait_ms(self) -> float:
@@ -129,6 +131,7 @@ def _claim(
         )
     )
     with database_boundary(f"claim job {job_id}"), one_statement(sessions) as connection:
+        sent_at = time.monotonic()
         row = connection.execute(claim).one_or_none()
     if row is None:
         return None
@@ -140,6 +143,7 @@ def _claim(
         started_at=as_utc(row.started_at),
         attempt=row.attempts,
         deadline_at=None if row.deadline_at is None else as_utc(row.deadline_at),
+        claimed_monotonic=sent_at,
     )
 
 

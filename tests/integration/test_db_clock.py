@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import create_engine, select
+from sqlalchemy import create_engine, event, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from producer.client import Client
@@ -72,3 +73,23 @@ def test_a_claim_reads_wait_and_time_left_off_the_database_clock(db_settings: Se
     row = job_row(db_settings.database_url, handle.job_id)
     assert row.started_at is not None
     assert as_utc(row.started_at) == claimed.started_at
+
+
+def test_a_claims_own_round_trip_counts_in_the_jobs_elapsed_time(db_settings: Settings) -> None:
+    # The database stamps started_at as the claim runs; whatever the claim's answer
+    # takes to come back (here 0.3 s) is the job's time too, read off this host's clock.
+    with Client(db_settings) as client:
+        handle = client.submit(REQUEST)
+    engine = create_engine(db_settings.database_url)
+
+    @event.listens_for(engine, "after_cursor_execute")
+    def slow_answer(*args: object) -> None:
+        if str(args[2]).lstrip().upper().startswith("UPDATE"):
+            time.sleep(0.3)
+
+    try:
+        claimed = claim_job(sessionmaker(engine), handle.job_id, "worker-1")
+    finally:
+        engine.dispose()
+    assert claimed is not None
+    assert claimed.ms_since_created() >= 300
