@@ -6,7 +6,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeGuard
 
@@ -36,11 +36,11 @@ class ClaimedJob:
     created_at: datetime
     started_at: datetime
     attempt: int
-    deadline_at: datetime | None = None
-    claimed_monotonic: float = field(default_factory=time.monotonic)
+    claimed_monotonic: float
     """This host's monotonic clock as the claim was sent: elapsed time from here on is
     read off it (``started_at`` is the database's clock as the claim ran, so the claim's
     own round trip counts from here, not lost between the two clocks)."""
+    deadline_at: datetime | None = None
 
     @property
     def queue_wait_ms(self) -> float:
