@@ -230,7 +230,10 @@ class SentinelLab:
             ):
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError("the sentinels did not discover the replica and each other")
+                raise TimeoutError(
+                    "the replica did not finish its first sync, or the sentinels did not "
+                    "discover it and each other"
+                )
             time.sleep(0.1)
 
     def _replica_online(self) -> bool:
