@@ -25,8 +25,9 @@ from bench.harness import (
 )
 from bench.spread import ratio_interval
 from producer.client import Client
+from producer.enqueue import withdraw_jobs
 from schemas.jobs import JobResult, JobStatus
-from schemas.queues import Priority, Tier
+from schemas.queues import Priority, Tier, queue_name
 from schemas.settings import Settings
 from schemas.tables import Job, utcnow
 from workers.capacity import slot_shares
@@ -91,7 +92,13 @@ def run_priority(
         )
         batch_during = _batch_done_since(rig.client, started)
         queued_after = sum(rig.client.status(h.job_id) is JobStatus.QUEUED for h in backlog)
-        for handle in backlog:  # the rest is not part of the figure
+        # The rest is not part of the figure. Its messages are taken off the queue too:
+        # left there, they would be popped (and skipped) by the next bench's worker on
+        # the same broker, its rows gone with this bench's database.
+        withdrawn = withdraw_jobs(
+            rig.client.redis, queue_name(tier, Priority.BATCH), [h.job_id for h in backlog]
+        )
+        for handle in backlog:
             handle.cancel()
     idle_p99, loaded_p99 = percentile(idle, 99), percentile(loaded, 99)
     step_ms = median(idle_steps) if idle_steps else None
@@ -118,6 +125,7 @@ def run_priority(
         ),
         "batch_completed_during": batch_during,
         "batch_still_queued_after": queued_after,
+        "batch_messages_withdrawn": withdrawn,
     }
 
 

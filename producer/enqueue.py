@@ -8,6 +8,8 @@ every submit, on the way to the first token.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Collection
 from typing import Any
 
 import redis
@@ -30,6 +32,44 @@ if limit >= 0 and depth >= limit then return -depth - 1 end
 redis.call('LPUSH', KEYS[1], ARGV[1])
 return depth
 """
+
+
+# Entries read per round trip while scanning a queue for messages to withdraw.
+WITHDRAW_SCAN_CHUNK = 1000
+
+
+def withdraw_jobs(client: redis.Redis, queue: str, job_ids: Collection[str]) -> int:
+    """Take the messages of ``job_ids`` that no worker has taken yet off ``queue``;
+    return how many were taken. Other entries stay where they are.
+
+    A cancelled queued job's message is otherwise left for a worker to pop and skip
+    (its claim finds no queued row); this removes it instead, for a caller that drops
+    many jobs at once. It reads the whole queue, so it is not for a hot path.
+    """
+    wanted = set(job_ids)
+    found: list[Any] = []  # entries as Redis returned them, to remove byte for byte
+    start = 0
+    while wanted:
+        entries = client.lrange(queue, start, start + WITHDRAW_SCAN_CHUNK - 1)
+        found += [raw for raw in entries if _message_job_id(raw) in wanted]
+        if len(entries) < WITHDRAW_SCAN_CHUNK:
+            break
+        start += WITHDRAW_SCAN_CHUNK
+    pipe = client.pipeline(transaction=False)
+    for raw in found:
+        pipe.lrem(queue, 1, raw)
+    return sum(int(removed) for removed in pipe.execute()) if found else 0
+
+
+def _message_job_id(raw: bytes | str) -> str | None:
+    """The job id a queue entry names (its Celery task id), or None for anything else."""
+    try:
+        message = json.loads(raw)
+    except ValueError:
+        return None
+    headers = message.get("headers") if isinstance(message, dict) else None
+    job_id = headers.get("id") if isinstance(headers, dict) else None
+    return job_id if isinstance(job_id, str) else None
 
 
 class Enqueuer:
