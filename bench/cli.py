@@ -233,6 +233,11 @@ BENCHES: tuple[Bench, ...] = (
             opt("--concurrency", default=8, help="the worker's slots"),
             opt("--max-tokens", default=8, help="tokens per interactive request"),
             opt("--batch-max-tokens", default=48, help="tokens per batch job"),
+            opt(
+                "--blocks",
+                default=2,
+                help="loaded phases, the idle samples around and between them (ABBA order)",
+            ),
             opt("--seed", default=7, help="random seed (when each request is sent)"),
             opt(
                 "--arrival-jitter-s",

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -54,12 +56,16 @@ def run_priority(
     concurrency: int,
     max_tokens: int,
     batch_max_tokens: int,
+    blocks: int = 2,
     seed: int = 7,
     arrival_jitter_s: float = ARRIVAL_JITTER_S,
 ) -> dict[str, Any]:
-    """Interactive TTFT, ``samples`` times on an idle worker, then again with
+    """Interactive TTFT, ``samples`` times on an idle worker and ``samples`` times with
     ``batch_jobs`` batch jobs queued and the worker busy with them; one worker, one run.
 
+    The two sides alternate (``phases``): a host whose speed drifts for tens of seconds
+    at a time would otherwise bill its slow spell to whichever side ran then. Each
+    loaded phase starts from a fresh flood and ends with it withdrawn and cancelled.
     Also counts the batch jobs that finished while the loaded samples ran: batch work
     must progress even while interactive work comes first. A p99 needs 100 samples or
     more: fewer are refused. Requests are sent at random moments (``seed``), not in
@@ -69,43 +75,32 @@ def run_priority(
         raise ValueError(f"a p99 needs at least {MIN_P99_SAMPLES} samples, not {samples}")
     shares = slot_shares(settings.tier(tier), concurrency)
     pauses = arrival_pauses(random.Random(seed), arrival_jitter_s)
+    idle: list[float] = []
+    idle_steps: list[float] = []
+    loaded: list[float] = []
+    flood = FloodCounts()
     with bench_rig(settings, tier, concurrency=concurrency, prefill_prompts=False) as rig:
-        idle, idle_steps = _interactive_samples(
-            rig,
-            samples,
-            max_tokens,
-            pauses,
-            warmup=PAIRED_WARMUP_ROUNDS,
-            label="idle worker",
-        )
-        backlog = [
-            rig.client.submit(_batch_request(i, batch_max_tokens), tier=tier, priority="batch")
-            for i in counted("queueing the batch flood", batch_jobs, unit="jobs").track(
-                range(batch_jobs)
-            )
-        ]
-        with step(f"waiting for the worker to fill its {shares.batch_max} batch slots"):
-            _wait_until_batch_fills(rig.client, shares.batch_max)
-        started = utcnow()
-        loaded, _loaded_steps = _interactive_samples(
-            rig, samples, max_tokens, pauses, warmup=0, label="worker busy with the flood"
-        )
-        batch_during = _batch_done_since(rig.client, started)
-        queued_after = sum(rig.client.status(h.job_id) is JobStatus.QUEUED for h in backlog)
-        # The rest is not part of the figure. Its messages are taken off the queue too:
-        # left there, they would be popped (and skipped) by the next bench's worker on
-        # the same broker, its rows gone with this bench's database.
-        withdrawn = withdraw_jobs(
-            rig.client.redis, queue_name(tier, Priority.BATCH), [h.job_id for h in backlog]
-        )
-        for handle in backlog:
-            handle.cancel()
+        _interactive_samples(rig, PAIRED_WARMUP_ROUNDS, max_tokens, pauses, label="warm-up")
+        for number, (is_loaded, size) in enumerate(phases(samples, blocks), start=1):
+            if not is_loaded:
+                ttfts, steps = _interactive_samples(
+                    rig, size, max_tokens, pauses, label=f"idle worker (phase {number})"
+                )
+                idle += ttfts
+                idle_steps += steps
+                continue
+            with flooded(rig, shares.batch_max, batch_jobs, batch_max_tokens, flood):
+                ttfts, _steps = _interactive_samples(
+                    rig, size, max_tokens, pauses, label=f"worker busy (phase {number})"
+                )
+                loaded += ttfts
     idle_p99, loaded_p99 = percentile(idle, 99), percentile(loaded, 99)
     step_ms = median(idle_steps) if idle_steps else None
     return {
         "bench": "priority",
         "tier": tier.value,
         "n": samples,
+        "blocks": blocks,
         "slots": shares.slots,
         "batch_max_slots": shares.batch_max,
         "batch_jobs": batch_jobs,
@@ -123,10 +118,83 @@ def run_priority(
         "one_step_wait_ratio_model": (
             None if step_ms is None else rounded(one_step_wait_ratio(idle, step_ms))
         ),
-        "batch_completed_during": batch_during,
-        "batch_still_queued_after": queued_after,
-        "batch_messages_withdrawn": withdrawn,
+        "batch_completed_during": flood.completed_during,
+        "batch_still_queued_after": flood.still_queued_after,
+        "batch_messages_withdrawn": flood.withdrawn,
     }
+
+
+def phases(samples: int, blocks: int) -> list[tuple[bool, int]]:
+    """The run's phases in order, as (loaded, samples): ``blocks`` loaded phases, and
+    the idle samples around and between them, in ABBA order (idle, loaded, loaded,
+    idle, idle, loaded, ...; adjacent halves of one side merge). A drift that runs
+    one way through the run then weighs on both sides alike."""
+    if blocks < 1 or samples < 2 * blocks:
+        raise ValueError(f"{samples} samples cannot make {blocks} blocks of each side")
+    halves = [_split(samples, 2 * blocks), _split(samples, 2 * blocks)]
+    merged: list[tuple[bool, int]] = []
+    for is_loaded in [False, True, True, False] * blocks:
+        size = halves[is_loaded].pop(0)
+        if merged and merged[-1][0] == is_loaded:
+            merged[-1] = (is_loaded, merged[-1][1] + size)
+        else:
+            merged.append((is_loaded, size))
+    return merged
+
+
+def _split(total: int, parts: int) -> list[int]:
+    """``total`` in ``parts`` near-equal whole parts, the larger ones first."""
+    size, extra = divmod(total, parts)
+    return [size + (index < extra) for index in range(parts)]
+
+
+@dataclass
+class FloodCounts:
+    """What the loaded phases' floods did, summed over the phases."""
+
+    completed_during: int = 0
+    still_queued_after: int = 0
+    withdrawn: int = 0
+
+
+@contextlib.contextmanager
+def flooded(
+    rig: Rig, batch_slots: int, batch_jobs: int, batch_max_tokens: int, counts: FloodCounts
+) -> Iterator[None]:
+    """The worker busy with a fresh flood of ``batch_jobs`` batch jobs for the block;
+    on leaving, what is left of it is withdrawn and cancelled, and the worker idle."""
+    client = rig.client
+    backlog = [
+        client.submit(_batch_request(i, batch_max_tokens), tier=rig.tier, priority="batch")
+        for i in counted("queueing the batch flood", batch_jobs, unit="jobs").track(
+            range(batch_jobs)
+        )
+    ]
+    try:
+        with step(f"waiting for the worker to fill its {batch_slots} batch slots"):
+            _wait_until_batch_runs(client, lambda running: running >= batch_slots)
+        started = utcnow()
+        yield
+        counts.completed_during += _batch_done_since(client, started)
+        counts.still_queued_after += sum(
+            client.status(h.job_id) is JobStatus.QUEUED for h in backlog
+        )
+    finally:
+        with step("withdrawing and cancelling the rest of the flood"):
+            counts.withdrawn += _clear(client, rig.tier, [h.job_id for h in backlog])
+
+
+def _clear(client: Client, tier: Tier, job_ids: list[str]) -> int:
+    """Cancel the jobs and take their messages off the queue; return how many messages
+    were taken. Left there, they would be popped (and skipped) by a later worker on the
+    same broker, their rows gone with this bench's database. Taken again once nothing
+    runs: a job that gave way to interactive work went back to the queue meanwhile."""
+    queue = queue_name(tier, Priority.BATCH)
+    withdrawn = withdraw_jobs(client.redis, queue, job_ids)
+    for job_id in job_ids:
+        client.cancel(job_id)
+    _wait_until_batch_runs(client, lambda running: running == 0)
+    return withdrawn + withdraw_jobs(client.redis, queue, job_ids)
 
 
 def _batch_request(index: int, max_tokens: int) -> dict[str, object]:
@@ -167,35 +235,29 @@ def decode_step_ms(result: JobResult) -> float | None:
 
 
 def _interactive_samples(
-    rig: Rig,
-    samples: int,
-    max_tokens: int,
-    pauses: Iterator[float],
-    *,
-    warmup: int,
-    label: str,
+    rig: Rig, samples: int, max_tokens: int, pauses: Iterator[float], *, label: str
 ) -> tuple[list[float], list[float]]:
     """TTFTs of ``samples`` requests one after another, and their engine step times."""
     ttfts: list[float] = []
     steps: list[float] = []
-    what = f"interactive TTFT, {label}" + (f" ({warmup} warm-up)" if warmup else "")
-    for index in counted(what, warmup + samples).track(range(warmup + samples)):
+    for _ in counted(f"interactive TTFT, {label}", samples).track(range(samples)):
         time.sleep(next(pauses))
         ttft, result = queued_sample(rig, request_fields(max_tokens))
-        if index >= warmup:
-            ttfts.append(ttft)
-            step = decode_step_ms(result)
-            if step is not None:
-                steps.append(step)
+        ttfts.append(ttft)
+        step = decode_step_ms(result)
+        if step is not None:
+            steps.append(step)
     return ttfts, steps
 
 
-def _wait_until_batch_fills(client: Client, batch_slots: int, timeout_s: float = 300.0) -> None:
-    """Block until the worker runs as many batch jobs as it may."""
+def _wait_until_batch_runs(
+    client: Client, enough: Callable[[int], bool], timeout_s: float = 300.0
+) -> None:
+    """Block until the number of running batch jobs is ``enough``."""
     deadline = time.monotonic() + timeout_s
-    while _count(client, Job.status == JobStatus.RUNNING.value) < batch_slots:
+    while not enough(_count(client, Job.status == JobStatus.RUNNING.value)):
         if time.monotonic() > deadline:
-            raise RuntimeError("the worker never filled its batch slots")
+            raise RuntimeError("the worker's batch jobs never reached the count waited for")
         time.sleep(0.05)
 
 

@@ -10,7 +10,13 @@ from collections import Counter
 import pytest
 
 from bench.harness import SETTLE_S
-from bench.priority import ARRIVAL_JITTER_S, arrival_pauses, decode_step_ms, one_step_wait_ratio
+from bench.priority import (
+    ARRIVAL_JITTER_S,
+    arrival_pauses,
+    decode_step_ms,
+    one_step_wait_ratio,
+    phases,
+)
 from schemas.events import Timings, Usage
 from schemas.jobs import JobResult, JobStatus
 from schemas.queues import Priority, Tier
@@ -69,3 +75,22 @@ def test_the_same_seed_sends_at_the_same_moments() -> None:
 def test_no_jitter_is_the_fixed_pause() -> None:
     pauses = itertools.islice(arrival_pauses(random.Random(7), 0.0), 3)
     assert list(pauses) == [SETTLE_S] * 3
+
+
+def test_the_sides_alternate_in_abba_order_with_every_sample_placed() -> None:
+    assert phases(100, 2) == [(False, 25), (True, 50), (False, 50), (True, 50), (False, 25)]
+    assert phases(100, 1) == [(False, 50), (True, 100), (False, 50)]
+
+
+@pytest.mark.parametrize(("samples", "blocks"), [(101, 2), (103, 3), (100, 4)])
+def test_each_side_gets_all_its_samples(samples: int, blocks: int) -> None:
+    plan = phases(samples, blocks)
+    assert sum(size for loaded, size in plan if loaded) == samples
+    assert sum(size for loaded, size in plan if not loaded) == samples
+    assert [loaded for loaded, _ in plan] == [False, True] * blocks + [False]
+
+
+@pytest.mark.parametrize(("samples", "blocks"), [(100, 0), (3, 2)])
+def test_too_few_samples_for_the_blocks_are_refused(samples: int, blocks: int) -> None:
+    with pytest.raises(ValueError, match="blocks"):
+        phases(samples, blocks)
