@@ -121,6 +121,8 @@ def run_priority(
         "batch_completed_during": flood.completed_during,
         "batch_still_queued_after": flood.still_queued_after,
         "batch_messages_withdrawn": flood.withdrawn,
+        "idle_ttft_samples_ms": [rounded(ms) for ms in idle],
+        "loaded_ttft_samples_ms": [rounded(ms) for ms in loaded],
     }
 
 
