@@ -6,7 +6,7 @@ import contextlib
 import random
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -75,27 +75,21 @@ def run_priority(
         raise ValueError(f"a p99 needs at least {MIN_P99_SAMPLES} samples, not {samples}")
     shares = slot_shares(settings.tier(tier), concurrency)
     pauses = arrival_pauses(random.Random(seed), arrival_jitter_s)
-    idle: list[float] = []
-    idle_steps: list[float] = []
-    loaded: list[float] = []
-    flood = FloodCounts()
+    idle, loaded, flood = SideSamples(), SideSamples(), FloodCounts()
     with bench_rig(settings, tier, concurrency=concurrency, prefill_prompts=False) as rig:
-        _interactive_samples(rig, PAIRED_WARMUP_ROUNDS, max_tokens, pauses, label="warm-up")
+        _interactive_samples(
+            rig, PAIRED_WARMUP_ROUNDS, max_tokens, pauses, SideSamples(), label="warm-up"
+        )
         for number, (is_loaded, size) in enumerate(phases(samples, blocks), start=1):
             if not is_loaded:
-                ttfts, steps = _interactive_samples(
-                    rig, size, max_tokens, pauses, label=f"idle worker (phase {number})"
-                )
-                idle += ttfts
-                idle_steps += steps
+                label = f"idle worker (phase {number})"
+                _interactive_samples(rig, size, max_tokens, pauses, idle, label=label)
                 continue
             with flooded(rig, shares.batch_max, batch_jobs, batch_max_tokens, flood):
-                ttfts, _steps = _interactive_samples(
-                    rig, size, max_tokens, pauses, label=f"worker busy (phase {number})"
-                )
-                loaded += ttfts
-    idle_p99, loaded_p99 = percentile(idle, 99), percentile(loaded, 99)
-    step_ms = median(idle_steps) if idle_steps else None
+                label = f"worker busy (phase {number})"
+                _interactive_samples(rig, size, max_tokens, pauses, loaded, label=label)
+    idle_p99, loaded_p99 = percentile(idle.ttfts, 99), percentile(loaded.ttfts, 99)
+    step_ms = median(idle.steps) if idle.steps else None
     return {
         "bench": "priority",
         "tier": tier.value,
@@ -105,24 +99,26 @@ def run_priority(
         "batch_max_slots": shares.batch_max,
         "batch_jobs": batch_jobs,
         "arrival_jitter_s": arrival_jitter_s,
-        "idle_ttft_p50_ms": rounded(median(idle)),
-        "loaded_ttft_p50_ms": rounded(median(loaded)),
-        "idle_ttft_p95_ms": rounded(percentile(idle, 95)),
-        "loaded_ttft_p95_ms": rounded(percentile(loaded, 95)),
+        "idle_ttft_p50_ms": rounded(median(idle.ttfts)),
+        "loaded_ttft_p50_ms": rounded(median(loaded.ttfts)),
+        "idle_ttft_p95_ms": rounded(percentile(idle.ttfts, 95)),
+        "loaded_ttft_p95_ms": rounded(percentile(loaded.ttfts, 95)),
         "idle_ttft_p99_ms": rounded(idle_p99),
         "loaded_ttft_p99_ms": rounded(loaded_p99),
         "ratio": rounded(loaded_p99 / idle_p99),
         # A p99 of 100 samples is the second-slowest: resampled, it moves a lot.
-        "ratio_ci95": ratio_interval(idle, loaded, 99),
+        "ratio_ci95": ratio_interval(idle.ttfts, loaded.ttfts, 99),
         "idle_step_ms_p50": None if step_ms is None else rounded(step_ms),
         "one_step_wait_ratio_model": (
-            None if step_ms is None else rounded(one_step_wait_ratio(idle, step_ms))
+            None if step_ms is None else rounded(one_step_wait_ratio(idle.ttfts, step_ms))
         ),
+        **_queue_path_fields("idle", idle),
+        **_queue_path_fields("loaded", loaded),
         "batch_completed_during": flood.completed_during,
         "batch_still_queued_after": flood.still_queued_after,
         "batch_messages_withdrawn": flood.withdrawn,
-        "idle_ttft_samples_ms": [rounded(ms) for ms in idle],
-        "loaded_ttft_samples_ms": [rounded(ms) for ms in loaded],
+        "idle_ttft_samples_ms": [rounded(ms) for ms in idle.ttfts],
+        "loaded_ttft_samples_ms": [rounded(ms) for ms in loaded.ttfts],
     }
 
 
@@ -236,20 +232,53 @@ def decode_step_ms(result: JobResult) -> float | None:
     return (timings.total_ms - timings.ttft_ms) / (tokens - 1)
 
 
+@dataclass
+class SideSamples:
+    """One side's interactive samples, in milliseconds."""
+
+    ttfts: list[float] = field(default_factory=list)
+    steps: list[float] = field(default_factory=list)
+    """The engine's decode step, per sample that has one (``decode_step_ms``)."""
+    queue_paths: list[float] = field(default_factory=list)
+    """Each first token less the engine's part as the worker timed it (``queue_path_ms``)."""
+
+
+def queue_path_ms(ttft_ms: float, result: JobResult) -> float | None:
+    """The part of a first token that was not the engine's: submit, queue, claim,
+    publish and delivery (``Timings.engine_ttft_ms``); None where the worker gave none."""
+    engine_ms = result.timings.engine_ttft_ms
+    return None if engine_ms is None else ttft_ms - engine_ms
+
+
+def _queue_path_fields(side: str, samples: SideSamples) -> dict[str, float | None]:
+    """Whether a side's slow first tokens were slow in the engine or around it."""
+    paths = samples.queue_paths
+    return {
+        f"{side}_queue_path_ms_p50": rounded(median(paths)) if paths else None,
+        f"{side}_queue_path_ms_p99": rounded(percentile(paths, 99)) if paths else None,
+    }
+
+
 def _interactive_samples(
-    rig: Rig, samples: int, max_tokens: int, pauses: Iterator[float], *, label: str
-) -> tuple[list[float], list[float]]:
-    """TTFTs of ``samples`` requests one after another, and their engine step times."""
-    ttfts: list[float] = []
-    steps: list[float] = []
+    rig: Rig,
+    samples: int,
+    max_tokens: int,
+    pauses: Iterator[float],
+    into: SideSamples,
+    *,
+    label: str,
+) -> None:
+    """``samples`` requests one after another, their figures added to ``into``."""
     for _ in counted(f"interactive TTFT, {label}", samples).track(range(samples)):
         time.sleep(next(pauses))
         ttft, result = queued_sample(rig, request_fields(max_tokens))
-        ttfts.append(ttft)
+        into.ttfts.append(ttft)
         step = decode_step_ms(result)
         if step is not None:
-            steps.append(step)
-    return ttfts, steps
+            into.steps.append(step)
+        path = queue_path_ms(ttft, result)
+        if path is not None:
+            into.queue_paths.append(path)
 
 
 def _wait_until_batch_runs(

@@ -16,13 +16,16 @@ from bench.priority import (
     decode_step_ms,
     one_step_wait_ratio,
     phases,
+    queue_path_ms,
 )
 from schemas.events import Timings, Usage
 from schemas.jobs import JobResult, JobStatus
 from schemas.queues import Priority, Tier
 
 
-def result(tokens: int, ttft_ms: float | None, total_ms: float) -> JobResult:
+def result(
+    tokens: int, ttft_ms: float | None, total_ms: float, engine_ttft_ms: float | None = None
+) -> JobResult:
     return JobResult(
         job_id="j",
         status=JobStatus.DONE,
@@ -30,7 +33,9 @@ def result(tokens: int, ttft_ms: float | None, total_ms: float) -> JobResult:
         tier=Tier.SMALL,
         priority=Priority.INTERACTIVE,
         usage=Usage(prompt_tokens=5, completion_tokens=tokens),
-        timings=Timings(queue_wait_ms=1.0, ttft_ms=ttft_ms, total_ms=total_ms),
+        timings=Timings(
+            queue_wait_ms=1.0, ttft_ms=ttft_ms, total_ms=total_ms, engine_ttft_ms=engine_ttft_ms
+        ),
         worker_id="w",
     )
 
@@ -94,3 +99,11 @@ def test_each_side_gets_all_its_samples(samples: int, blocks: int) -> None:
 def test_too_few_samples_for_the_blocks_are_refused(samples: int, blocks: int) -> None:
     with pytest.raises(ValueError, match="blocks"):
         phases(samples, blocks)
+
+
+def test_the_queue_path_is_the_first_token_less_the_engines_part() -> None:
+    assert queue_path_ms(52.5, result(8, 50.0, 330.0, engine_ttft_ms=41.0)) == pytest.approx(11.5)
+
+
+def test_no_queue_path_where_the_worker_timed_no_engine_part() -> None:
+    assert queue_path_ms(52.5, result(8, 50.0, 330.0)) is None
