@@ -13,10 +13,11 @@ import sys
 from datetime import date
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from producer.submission import RequestLike, parse_request
+from producer.submission import RequestLike, describe_validation_error, parse_request
 from schemas.boundary import database_boundary
 from schemas.errors import InvalidRequest, JobNotFound
 from schemas.requests import GenerationRequest
@@ -39,9 +40,12 @@ def with_conversation(request: RequestLike, conversation_id: str) -> GenerationR
             f"the request names conversation {parsed.conversation_id!r} and the option "
             f"{conversation_id!r}; give one"
         )
-    return GenerationRequest.model_validate(
-        {**parsed.model_dump(), "conversation_id": conversation_id}
-    )
+    try:
+        return GenerationRequest.model_validate(
+            {**parsed.model_dump(), "conversation_id": conversation_id}
+        )
+    except ValidationError as exc:  # the id itself (too long, odd characters)
+        raise InvalidRequest(f"invalid conversation id: {describe_validation_error(exc)}") from exc
 
 
 def load_summaries(

@@ -71,6 +71,33 @@ def test_a_call_joins_its_key_s_conversation(
     assert [(t.role, t.content) for t in turns] == [("user", "hello"), ("assistant", "hi")]
 
 
+@pytest.mark.parametrize(
+    ("body", "headers"),
+    [
+        ({}, {"X-Conversation-Id": "c" * 201}),
+        ({"metadata": {"conversation_id": "c" * 201}}, {}),
+    ],
+)
+def test_a_conversation_id_too_long_is_refused_and_nothing_is_queued(
+    gateway: httpx.Client,
+    integration_settings: Settings,
+    body: dict[str, Any],
+    headers: dict[str, str],
+) -> None:
+    secret = new_key(integration_settings, "owner")
+    response = gateway.post(
+        CHAT, json={**HELLO, **body, "priority": "batch"}, headers={**auth(secret), **headers}
+    )
+    assert response.status_code == 400, response.text
+    message = response.json()["error"]["message"]
+    assert "conversation id" in message and "at most 200 characters" in message
+    assert "c" * 201 not in response.text
+    db = create_engine(integration_settings.database_url)
+    with Session(db) as session:
+        assert session.scalars(select(Job)).first() is None
+    db.dispose()
+
+
 def test_summaries_are_served_to_their_owner_only(
     gateway: httpx.Client, integration_settings: Settings
 ) -> None:
