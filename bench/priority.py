@@ -109,6 +109,8 @@ def run_priority(
         # A p99 of 100 samples is the second-slowest: resampled, it moves a lot.
         "ratio_ci95": ratio_interval(idle.ttfts, loaded.ttfts, 99),
         "idle_step_ms_p50": None if step_ms is None else rounded(step_ms),
+        # The interactive request's own decode steps, batch sequences beside it.
+        "loaded_step_ms_p50": rounded(median(loaded.steps)) if loaded.steps else None,
         "one_step_wait_ratio_model": (
             None if step_ms is None else rounded(one_step_wait_ratio(idle.ttfts, step_ms))
         ),
