@@ -114,6 +114,9 @@ def run_priority(
         "one_step_wait_ratio_model": (
             None if step_ms is None else rounded(one_step_wait_ratio(idle.ttfts, step_ms))
         ),
+        "idle_plus_step_wait_ratio_model": (
+            None if step_ms is None else rounded(idle_plus_step_wait_ratio(idle.ttfts, step_ms))
+        ),
         **_queue_path_fields("idle", idle),
         **_queue_path_fields("loaded", loaded),
         "batch_completed_during": flood.completed_during,
@@ -215,6 +218,27 @@ def one_step_wait_ratio(idle_ttft_ms: list[float], step_ms: float) -> float:
     a step, so the loaded p99 is about the idle median plus that.
     """
     return (median(idle_ttft_ms) + 0.98 * step_ms) / percentile(idle_ttft_ms, 99)
+
+
+def idle_plus_step_wait_ratio(idle_ttft_ms: list[float], step_ms: float) -> float:
+    """A model, not a measurement, as ``one_step_wait_ratio`` but with the idle side's
+    own spread kept: each idle first token plus a wait drawn evenly from nothing to one
+    step, the p99 of that mix over the idle p99. On a host whose idle first tokens have
+    a tail (slow spells), the tail and the wait add up, which the median cannot show.
+    """
+    if step_ms <= 0:
+        return 1.0
+
+    def share_by(t: float) -> float:  # the mix's distribution function at t
+        return sum(min(max((t - idle) / step_ms, 0.0), 1.0) for idle in idle_ttft_ms) / len(
+            idle_ttft_ms
+        )
+
+    low, high = min(idle_ttft_ms), max(idle_ttft_ms) + step_ms
+    for _ in range(60):  # bisection, to far below a microsecond
+        middle = (low + high) / 2
+        low, high = (middle, high) if share_by(middle) < 0.99 else (low, middle)
+    return high / percentile(idle_ttft_ms, 99)
 
 
 def arrival_pauses(rng: random.Random, jitter_s: float = ARRIVAL_JITTER_S) -> Iterator[float]:

@@ -14,6 +14,7 @@ from bench.priority import (
     ARRIVAL_JITTER_S,
     arrival_pauses,
     decode_step_ms,
+    idle_plus_step_wait_ratio,
     one_step_wait_ratio,
     phases,
     queue_path_ms,
@@ -107,3 +108,14 @@ def test_the_queue_path_is_the_first_token_less_the_engines_part() -> None:
 
 def test_no_queue_path_where_the_worker_timed_no_engine_part() -> None:
     assert queue_path_ms(52.5, result(8, 50.0, 330.0)) is None
+
+
+def test_with_no_spread_the_mix_is_the_idle_time_plus_an_even_wait() -> None:
+    # 50 ms every time, plus 0..40 ms: the p99 is 50 + 0.99 * 40.
+    assert idle_plus_step_wait_ratio([50.0] * 100, 40.0) == pytest.approx(89.6 / 50.0)
+
+
+def test_an_idle_tail_and_the_wait_add_up() -> None:
+    idle = [40.0] * 98 + [80.0, 80.0]
+    # The 98 fast ones end by 50 ms; the last 1% is half-way through the slow ones' wait.
+    assert idle_plus_step_wait_ratio(idle, 10.0) == pytest.approx(85.0 / 80.0)
