@@ -188,14 +188,15 @@ def flooded(
 
 
 def _clear(client: Client, tier: Tier, job_ids: list[str]) -> int:
-    """Cancel the jobs and take their messages off the queue; return how many messages
+    """Cancel the jobs, then take their messages off the queue; return how many messages
     were taken. Left there, they would be popped (and skipped) by a later worker on the
-    same broker, their rows gone with this bench's database. Taken again once nothing
-    runs: a job that gave way to interactive work went back to the queue meanwhile."""
+    same broker, their rows gone with this bench's database. Cancelled first: a queued
+    row without a message is one the reaper sends again. Taken again once nothing runs:
+    a job that gave way to interactive work went back to the queue meanwhile."""
     queue = queue_name(tier, Priority.BATCH)
-    withdrawn = withdraw_jobs(client.redis, queue, job_ids)
     for job_id in job_ids:
         client.cancel(job_id)
+    withdrawn = withdraw_jobs(client.redis, queue, job_ids)
     _wait_until_batch_runs(client, lambda running: running == 0)
     return withdrawn + withdraw_jobs(client.redis, queue, job_ids)
 
