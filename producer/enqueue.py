@@ -17,7 +17,7 @@ from celery import Celery
 
 from producer.admission import queue_full
 from schemas.boundary import broker_boundary
-from schemas.messages import JobMessage, celery_job_message
+from schemas.messages import JobMessage, celery_job_message, message_job_id
 from schemas.queues import Priority, Tier, celery_config, kombu_queues
 from schemas.settings import Settings
 
@@ -62,14 +62,11 @@ def withdraw_jobs(client: redis.Redis, queue: str, job_ids: Collection[str]) -> 
 
 
 def _message_job_id(raw: bytes | str) -> str | None:
-    """The job id a queue entry names (its Celery task id), or None for anything else."""
+    """The job id a queue entry names, or None for an entry that is not a message."""
     try:
-        message = json.loads(raw)
+        return message_job_id(json.loads(raw))
     except ValueError:
         return None
-    headers = message.get("headers") if isinstance(message, dict) else None
-    job_id = headers.get("id") if isinstance(headers, dict) else None
-    return job_id if isinstance(job_id, str) else None
 
 
 class Enqueuer:

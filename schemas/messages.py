@@ -109,3 +109,11 @@ def job_hint(request: dict[str, Any] | None, priority: Priority) -> dict[str, An
     if request is None or priority != Priority.INTERACTIVE:
         return {}
     return {"request": request, "priority": priority.value}
+
+
+def message_job_id(message: Any) -> str | None:
+    """The job id a parsed queue entry names (its Celery task id, which llmq sets to
+    the job id), or None for anything else."""
+    headers = message.get("headers") if isinstance(message, dict) else None
+    job_id = headers.get("id") if isinstance(headers, dict) else None
+    return job_id if isinstance(job_id, str) else None

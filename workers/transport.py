@@ -39,6 +39,7 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from kombu.utils.json import dumps
 
+from schemas.messages import message_job_id
 from schemas.queues import DROPPED_MESSAGES_KEY, KNOWN_WORKERS_KEY, all_queues, held_key
 from workers.envelope import MalformedMessage, is_job_queue, read_job_message
 
@@ -273,7 +274,7 @@ def job_ids_in_broker(client: redis.Redis) -> set[str]:
     *queued, unacked = pipe.execute()
     messages = [_loads(raw) for entries in queued for raw in entries]
     messages += [entry[0] for entry in map(_loads, unacked) if isinstance(entry, list) and entry]
-    return {_task_id(message) for message in messages} - {""}
+    return {job_id for job_id in map(message_job_id, messages) if job_id}
 
 
 # kombu's default key for messages taken and not yet acknowledged.
@@ -285,10 +286,3 @@ def _loads(raw: bytes | str) -> Any:
         return json.loads(raw)
     except ValueError:
         return None
-
-
-def _task_id(message: Any) -> str:
-    """The Celery task id of a kombu message, which llmq sets to the job id."""
-    headers = message.get("headers") if isinstance(message, dict) else None
-    task_id = headers.get("id") if isinstance(headers, dict) else None
-    return task_id if isinstance(task_id, str) else ""
