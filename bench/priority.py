@@ -179,8 +179,10 @@ def flooded(
         started = utcnow()
         yield
         counts.completed_during += _batch_done_since(client, started)
-        counts.still_queued_after += sum(
-            client.status(h.job_id) is JobStatus.QUEUED for h in backlog
+        counts.still_queued_after += _count(
+            client,
+            Job.status == JobStatus.QUEUED.value,
+            Job.id.in_([h.job_id for h in backlog]),
         )
     finally:
         with step("withdrawing and cancelling the rest of the flood"):
