@@ -65,7 +65,7 @@ def run_priority(
 
     The two sides alternate (``phases``): a host whose speed drifts for tens of seconds
     at a time would otherwise bill its slow spell to whichever side ran then. Each
-    loaded phase starts from a fresh flood and ends with it withdrawn and cancelled.
+    loaded phase starts from a fresh flood and ends with it cancelled and withdrawn.
     Also counts the batch jobs that finished while the loaded samples ran: batch work
     must progress even while interactive work comes first. A p99 needs 100 samples or
     more: fewer are refused. Requests are sent at random moments (``seed``), not in
@@ -165,7 +165,7 @@ def flooded(
     rig: Rig, batch_slots: int, batch_jobs: int, batch_max_tokens: int, counts: FloodCounts
 ) -> Iterator[None]:
     """The worker busy with a fresh flood of ``batch_jobs`` batch jobs for the block;
-    on leaving, what is left of it is withdrawn and cancelled, and the worker idle."""
+    on leaving, what is left of it is cancelled and withdrawn, and the worker idle."""
     client = rig.client
     backlog = [
         client.submit(_batch_request(i, batch_max_tokens), tier=rig.tier, priority="batch")
@@ -185,7 +185,7 @@ def flooded(
             Job.id.in_([h.job_id for h in backlog]),
         )
     finally:
-        with step("withdrawing and cancelling the rest of the flood"):
+        with step("cancelling and withdrawing the rest of the flood"):
             counts.withdrawn += _clear(client, rig.tier, [h.job_id for h in backlog])
 
 
