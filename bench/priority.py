@@ -32,7 +32,7 @@ from schemas.jobs import JobResult, JobStatus
 from schemas.queues import Priority, Tier, queue_name
 from schemas.settings import Settings
 from schemas.tables import Job, utcnow
-from workers.capacity import slot_shares
+from workers.shares import slot_shares
 
 MIN_P99_SAMPLES = 100
 ARRIVAL_JITTER_S = 0.25

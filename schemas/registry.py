@@ -55,6 +55,12 @@ class WorkerEntry(BaseModel):
     system_prompt_hits: int = 0
     system_prompt_hit_rate: float | None = None
     prefilled_prompts: list[str] = []
+    # The warm engine's own timing, and what it decided (``workers.shares``).
+    engine_first_token_ms: float | None = None
+    engine_step_ms: float | None = None
+    batch_under_interactive: int | None = None
+    """Batch slots the worker leaves to batch work while interactive work is about
+    (0: batch pauses then)."""
 
     @field_serializer("warm")
     def _warm_as_int(self, warm: bool) -> int:

@@ -63,7 +63,16 @@ class TierConfig(BaseModel):
         ge=0,
         description="slots batch work may hold while interactive work runs (or ran in the "
         "last interactive_hold_s): fewer sequences make each engine step, and so each "
-        "interactive token, faster; None: a sixth of batch's share (at least batch_min_slots)",
+        "interactive token, faster; None: 0 (batch pauses) where the warm engine's decode "
+        "step is over half its first token (a CPU), else a sixth of batch's share (at "
+        "least batch_min_slots)",
+    )
+    batch_max_pause_s: float = Field(
+        default=30.0,
+        ge=0.0,
+        description="while batch pauses for interactive work, one batch job runs to its "
+        "end after this many seconds without one ending, so batch work progresses under "
+        "a steady interactive stream; 0: batch waits for a gap of interactive_hold_s",
     )
     batch_gives_way: bool = Field(
         default=True,

@@ -1,9 +1,7 @@
-"""Reserved capacity: batch work never takes the slots kept for interactive work.
+"""Reserved capacity: the gate that keeps each priority within its share of slots.
 
-A worker has N slots (its Celery concurrency). Batch jobs may hold at most N - K of
-them, so K are always free for an interactive job, which then starts at once even
-during a batch flood. Interactive work may hold every slot, except that while batch
-jobs wait it leaves ``batch_min`` slots to them: batch work always progresses.
+The shares themselves (``workers.shares``): batch work never takes the slots kept for
+interactive work, and holds fewer, or none, while interactive work is about.
 
 The gate acts where messages leave Redis: when a share is used up, the worker stops
 reading that queue (kombu cancels its consumer) and reads it again once a slot of
@@ -16,8 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
 from typing import Any, ClassVar, Protocol
 
 from schemas.queues import (
@@ -28,7 +25,7 @@ from schemas.queues import (
     queue_name,
     tier_queues,
 )
-from schemas.settings import TierConfig
+from workers.shares import SlotShares
 
 log = logging.getLogger(__name__)
 
@@ -37,92 +34,6 @@ log = logging.getLogger(__name__)
 # few such messages would stop the worker from reading its queues at all.
 STALE_AFTER_S = 10.0
 PRUNE_INTERVAL_S = 5.0
-
-
-@dataclass(frozen=True)
-class SlotShares:
-    """How a worker's slots are shared between priorities."""
-
-    slots: int
-    reserved_interactive: int
-    batch_min: int
-    batch_under_interactive: int | None = None
-    """Batch's share while interactive work is about (None: the whole ``batch_max``)."""
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.reserved_interactive < self.slots:
-            raise ValueError("reserved interactive slots must be fewer than the worker's slots")
-        if not 0 <= self.batch_min <= self.slots - self.reserved_interactive:
-            raise ValueError("the batch minimum cannot exceed the slots batch may use")
-        if self.batch_under_interactive is not None and not (
-            self.batch_min <= self.batch_under_interactive <= self.batch_max
-        ):
-            raise ValueError(
-                "batch's share under interactive work must lie between its minimum and maximum"
-            )
-
-    @property
-    def batch_max(self) -> int:
-        return self.slots - self.reserved_interactive
-
-    def batch_cap(self, interactive_about: bool) -> int:
-        """How many batch jobs may run: fewer while interactive work is about."""
-        if interactive_about and self.batch_under_interactive is not None:
-            return self.batch_under_interactive
-        return self.batch_max
-
-    def paused(
-        self,
-        running: dict[Priority, int],
-        batch_waiting: bool,
-        *,
-        interactive_about: bool = False,
-    ) -> set[Priority]:
-        """Which priorities' queues to stop reading, given what runs and what waits.
-
-        ``interactive_about``: interactive work runs or ran a moment ago.
-        """
-        paused = set()
-        if running[Priority.BATCH] >= self.batch_cap(interactive_about):
-            paused.add(Priority.BATCH)
-        batch_short = running[Priority.BATCH] < self.batch_min
-        if batch_waiting and batch_short and self.crowded(running):
-            paused.add(Priority.INTERACTIVE)
-        return paused
-
-    def crowded(self, running: dict[Priority, int]) -> bool:
-        """True when interactive work holds every slot but the batch minimum."""
-        return running[Priority.INTERACTIVE] >= self.slots - self.batch_min
-
-
-# While interactive work is about, batch keeps 1/this of its share by default.
-UNDER_INTERACTIVE_DIVISOR = 6
-
-
-def slot_shares(config: TierConfig, slots: int) -> SlotShares:
-    """The tier's shares for a worker of ``slots`` slots (``--concurrency`` may differ).
-
-    By default a quarter of the slots (at least one) is kept for interactive work, and
-    while interactive work is about, batch holds a sixth of its share (at least its
-    minimum): 2 of 12 batch slots on a 16-slot worker.
-    """
-    reserved = config.reserved_interactive_slots
-    if reserved is None:
-        reserved = max(1, slots // 4)
-    reserved = min(reserved, slots - 1)
-    batch_max = slots - reserved
-    batch_min = min(config.batch_min_slots, batch_max)
-    under = config.batch_slots_under_interactive
-    if under is None:
-        # Measured on 2-core CPU hosts: with half of the share (6 of 12) beside it, an
-        # interactive first token took 3-3.6x its idle time; with 2, 1.4-1.8x.
-        under = batch_max // UNDER_INTERACTIVE_DIVISOR
-    return SlotShares(
-        slots=slots,
-        reserved_interactive=reserved,
-        batch_min=batch_min,
-        batch_under_interactive=min(max(under, batch_min), batch_max),
-    )
 
 
 class Switch(Protocol):
@@ -182,8 +93,56 @@ class QueueSwitch:
         channel.brpop_timeout = PAUSED_POLL_S if quickly else BRPOP_TIMEOUT_S
 
 
+class BatchTurns:
+    """Batch's turns while it pauses for interactive work: once ``max_pause_s`` pass
+    without a batch job ending, one batch job may run to its end, so batch work
+    progresses even under an interactive stream that never leaves a gap.
+
+    A job halted to give way is no progress: it goes back to its queue unfinished.
+    """
+
+    def __init__(self, max_pause_s: float, clock: Callable[[], float]) -> None:
+        self._max_pause_s = max_pause_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._progress_at = clock()
+        self._turn: str | None = None
+        self._halted: set[str] = set()
+
+    def due(self) -> bool:
+        """A turn's job runs, or batch has waited ``max_pause_s`` for one."""
+        if self._max_pause_s <= 0:
+            return False
+        with self._lock:
+            waited = self._clock() - self._progress_at
+            return self._turn is not None or waited >= self._max_pause_s
+
+    def started(self, task_id: str) -> None:
+        """A batch job was taken while batch pauses: it is the turn's, if one is due."""
+        if self.due():
+            with self._lock:
+                self._turn = self._turn or task_id
+
+    def halted(self, task_ids: Collection[str]) -> None:
+        with self._lock:
+            self._halted.update(task_ids)
+
+    def ended(self, task_id: str) -> None:
+        with self._lock:
+            if task_id == self._turn:
+                self._turn = None
+            if task_id in self._halted:
+                self._halted.discard(task_id)
+                return
+            self._progress_at = self._clock()
+
+
 class SlotGate:
-    """Counts running jobs by priority and pauses or resumes their queues to match."""
+    """Counts running jobs by priority and pauses or resumes their queues to match.
+
+    ``on_interactive`` hears each interactive message with how many batch jobs may keep
+    running, and returns the ids of those it halted.
+    """
 
     def __init__(
         self,
@@ -192,8 +151,9 @@ class SlotGate:
         *,
         batch_waiting: Callable[[], bool],
         interactive_hold_s: float = 0.0,
+        batch_max_pause_s: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
-        on_interactive: Callable[[], None] | None = None,
+        on_interactive: Callable[[int], Collection[str]] | None = None,
     ) -> None:
         self.tier = tier
         self._on_interactive = on_interactive
@@ -201,6 +161,7 @@ class SlotGate:
         self._batch_waiting = batch_waiting
         self._hold_s = interactive_hold_s
         self._clock = clock
+        self._turns = BatchTurns(batch_max_pause_s, clock)
         self._interactive_seen = -float("inf")
         self._lock = threading.Lock()
         self._running = {priority: 0 for priority in Priority}
@@ -226,6 +187,8 @@ class SlotGate:
             return
         if tier != self.tier:
             return
+        if priority is Priority.BATCH and self._batch_paused(self.running()):
+            self._turns.started(task_id)
         with self._lock:
             # A job's id is its task id, and a duplicate message of a job (a re-send)
             # may be in flight beside it: each message holds a slot until it ends.
@@ -235,7 +198,7 @@ class SlotGate:
             if priority is Priority.INTERACTIVE:
                 self._interactive_seen = self._clock()
         if priority is Priority.INTERACTIVE and self._on_interactive is not None:
-            self._on_interactive()
+            self._turns.halted(self._on_interactive(self.batch_cap(self.running())))
         self.rebalance()
 
     def finished(self, task_id: str) -> None:
@@ -251,6 +214,8 @@ class SlotGate:
             self._running[priority] -= 1
             if priority is Priority.INTERACTIVE:
                 self._interactive_seen = self._clock()
+        if priority is Priority.BATCH:
+            self._turns.ended(task_id)
         if self._switch is not None:
             self._switch.soon(self.rebalance)
 
@@ -278,9 +243,7 @@ class SlotGate:
             return
         running = self.running()
         wanted = self.shares.paused(
-            running,
-            self._waiting_batch(running),
-            interactive_about=self.interactive_about(running),
+            running, self._waiting_batch(running), batch_cap=self.batch_cap(running)
         )
         for priority in wanted - self._paused:
             switch.pause(queue_name(self.tier, priority))
@@ -289,6 +252,15 @@ class SlotGate:
         if wanted != self._paused:
             log.debug("queues paused: %s (running %s)", sorted(wanted), running)
         self._paused = wanted
+
+    def batch_cap(self, running: dict[Priority, int]) -> int:
+        """How many batch jobs may run now: one on a turn while batch pauses."""
+        if self._batch_paused(running) and self._turns.due():
+            return 1
+        return self.shares.batch_cap(self.interactive_about(running))
+
+    def _batch_paused(self, running: dict[Priority, int]) -> bool:
+        return self.shares.batch_pauses and self.interactive_about(running)
 
     def interactive_about(self, running: dict[Priority, int]) -> bool:
         """Interactive work runs, or ended less than ``interactive_hold_s`` ago.

@@ -17,12 +17,16 @@ from workers.background import BackgroundLoop
 from workers.engine.base import BACKGROUND_PRIORITY, Engine, SamplingOptions
 from workers.jobs import claim_job
 from workers.prefix import PrefixCacheStats
+from workers.shares import EngineTiming
 from workers.worker_runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)
 
 WARMUP_PROMPTS = ("Hello!", "What are your opening hours?")
 WARMUP_TOKENS = 8
+TIMING_PROMPT = "Count from one to twenty, in words."
+TIMING_TOKENS = 12
+TIMING_RUNS = 2
 PREFILL_USER_TURNS = ("Hi.", "Thanks, one more question please.")
 PREFILL_TOKENS = 4
 CHECK_EVERY_S = 10.0
@@ -57,6 +61,40 @@ def warm_up(engine: Engine, *, concurrency: int = 2) -> float:
     spent = time.monotonic() - started
     log.info("engine warm-up took %.1f s", spent)
     return spent
+
+
+def time_engine(engine: Engine, *, runs: int = TIMING_RUNS) -> EngineTiming:
+    """A lone request's first token and decode step on the warm engine, the fastest of
+    ``runs`` of each (a shared host's stray slow moment is not the engine's speed)."""
+    timings = [_time_one(engine, f"timing-{index}") for index in range(runs)]
+    timing = EngineTiming(
+        first_token_s=min(t.first_token_s for t in timings),
+        step_s=min(t.step_s for t in timings),
+    )
+    log.info(
+        "engine timing: first token %.1f ms, decode step %.1f ms (%.2f of a first token)",
+        timing.first_token_s * 1000,
+        timing.step_s * 1000,
+        timing.step_share,
+    )
+    return timing
+
+
+def _time_one(engine: Engine, request_id: str) -> EngineTiming:
+    prompt = engine.render_chat([{"role": "user", "content": TIMING_PROMPT}])
+    options = SamplingOptions(max_tokens=TIMING_TOKENS, temperature=0.0)
+    started = time.monotonic()
+    first: tuple[float, int] | None = None
+    last = (started, 0)
+    for delta in engine.stream(prompt, options, request_id):
+        last = (time.monotonic(), delta.completion_tokens)
+        first = first or last
+    if first is None or last[1] <= first[1]:
+        # One token, or one delta: no decode step to see; count it as a step as long.
+        spent = last[0] - started
+        return EngineTiming(first_token_s=spent, step_s=spent)
+    step_s = (last[0] - first[0]) / (last[1] - first[1])
+    return EngineTiming(first_token_s=first[0] - started, step_s=step_s)
 
 
 def prefill_prompts(engine: Engine, prompts: list[SystemPrompt]) -> dict[str, int]:

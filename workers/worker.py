@@ -23,7 +23,7 @@ from schemas.settings import Settings
 from workers.app import LlmqCelery, make_app, start_on_receipt_of
 from workers.append_combiner import AppendCombiner
 from workers.background import BackgroundLoop
-from workers.capacity import SlotGate, SlotShares, install_gate, slot_shares
+from workers.capacity import SlotGate, install_gate
 from workers.cpu_pinning import pin_off_compute_cores
 from workers.engine.vllm import VllmEngine
 from workers.engine_watch import EngineWatch
@@ -32,9 +32,10 @@ from workers.models import resolve_model
 from workers.reaper import Reaper, ReaperThread
 from workers.registry import WorkerRegistration
 from workers.running_jobs import CancelListener
+from workers.shares import EngineTiming, SlotShares, slot_shares
 from workers.transport import job_ids_in_broker, restore_held
 from workers.variants import check_engine_config, detect_device, served_config
-from workers.warmup import KeepWarm, warm_job_path, warm_up
+from workers.warmup import KeepWarm, time_engine, warm_job_path, warm_up
 from workers.worker_runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)
@@ -133,7 +134,8 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
             runtime.metrics.serve(options.metrics_port)
             log.info("metrics on :%d/metrics", options.metrics_port)
         registration.track(engine.in_flight, runtime.prefix_stats.snapshot)
-        keep_warm = _warm_engine(runtime, registration, options, concurrency)
+        keep_warm, timing = _warm_engine(runtime, registration, options, concurrency)
+        shares = slot_shares(tier_config, concurrency, timing)
         warm_job_path(runtime)
         app.runtime = runtime
         for helper in _helpers(runtime, app):
@@ -141,12 +143,12 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
         resources.enter_context(EngineWatch(engine.alive, runtime.on_engine_dead))
         # Only now is the worker warm: it starts consuming right after this.
         runtime.warm.set()
-        registration.mark_warm()
+        registration.mark_warm(timing, shares)
         if options.on_phase is not None:
             options.on_phase("ready")
         if keep_warm is not None:
             resources.enter_context(keep_warm)
-        return _consume(app, runtime, options, concurrency)
+        return _consume(app, runtime, options, shares)
 
 
 def _warm_engine(
@@ -154,14 +156,15 @@ def _warm_engine(
     registration: WorkerRegistration,
     options: WorkerOptions,
     concurrency: int,
-) -> KeepWarm | None:
-    """Warm the engine up and prefill the tier's prompts; the loop that keeps them cached
-    (None where ``LLMQ_PREFILL_PROMPTS`` turned prefilling off)."""
+) -> tuple[KeepWarm | None, EngineTiming]:
+    """Warm the engine up, time it and prefill the tier's prompts; the loop that keeps
+    them cached (None where ``LLMQ_PREFILL_PROMPTS`` turned prefilling off)."""
     _phase(registration, options, "warm-up")
     warm_up(runtime.engine, concurrency=min(concurrency, 4))
+    timing = time_engine(runtime.engine)
     if not runtime.settings.prefill_prompts:
         log.info("system prompts are not prefilled (LLMQ_PREFILL_PROMPTS=0)")
-        return None
+        return None, timing
     keep_warm = KeepWarm(
         runtime.engine,
         runtime.prompts,
@@ -171,7 +174,7 @@ def _warm_engine(
     )
     _phase(registration, options, "prefilling prompts")
     keep_warm.prefill_now()
-    return keep_warm
+    return keep_warm, timing
 
 
 def _phase(registration: WorkerRegistration, options: WorkerOptions, phase: str) -> None:
@@ -212,10 +215,9 @@ def _helpers(runtime: WorkerRuntime, app: LlmqCelery) -> list[BackgroundLoop]:
 
 
 def _consume(
-    app: LlmqCelery, runtime: WorkerRuntime, options: WorkerOptions, concurrency: int
+    app: LlmqCelery, runtime: WorkerRuntime, options: WorkerOptions, shares: SlotShares
 ) -> int:
     tier_config = runtime.settings.tier(runtime.tier)
-    shares = slot_shares(tier_config, concurrency)
     batch_queue = queue_name(runtime.tier, Priority.BATCH)
     # Before the gate's own receipt hook: the engine request is what a person waits on.
     start_on_receipt_of(app)
@@ -226,26 +228,25 @@ def _consume(
             shares,
             batch_waiting=lambda: bool(runtime.redis.llen(batch_queue)),
             interactive_hold_s=tier_config.interactive_hold_s,
-            on_interactive=_batch_gives_way(runtime, shares)
-            if tier_config.batch_gives_way
-            else None,
+            batch_max_pause_s=tier_config.batch_max_pause_s,
+            on_interactive=_batch_gives_way(runtime) if tier_config.batch_gives_way else None,
         ),
     )
     queues = tier_queues(runtime.tier)
     log.info(
-        "worker %s is warm; consuming %s; batch may use %d of %d slots (%d while "
+        "worker %s is warm; consuming %s; batch may use %d of %d slots (%s while "
         "interactive work runs)",
         runtime.worker_id,
         ", ".join(queues),
         shares.batch_max,
         shares.slots,
-        shares.batch_cap(interactive_about=True),
+        _under_interactive(shares, tier_config.batch_max_pause_s),
     )
     worker = app.Worker(
         hostname=runtime.worker_id,
         queues=queues,
         pool="threads",
-        concurrency=concurrency,
+        concurrency=shares.slots,
         prefetch_multiplier=1,
         loglevel=options.loglevel,
         without_gossip=True,
@@ -256,15 +257,23 @@ def _consume(
     return int(worker.exitcode or 0)
 
 
-def _batch_gives_way(runtime: WorkerRuntime, shares: SlotShares) -> Callable[[], None]:
-    """On each interactive message: halt the batch jobs beyond batch's share under
-    interactive work; they go back to their queue (``job_runner._yielded``)."""
-    keep = shares.batch_cap(interactive_about=True)
+def _under_interactive(shares: SlotShares, max_pause_s: float) -> str:
+    if not shares.batch_pauses:
+        return str(shares.batch_cap(interactive_about=True))
+    if max_pause_s <= 0:
+        return "none"
+    return f"none, one job after {max_pause_s:g} s without one"
 
-    def give_way() -> None:
+
+def _batch_gives_way(runtime: WorkerRuntime) -> Callable[[int], list[str]]:
+    """On each interactive message: halt the batch jobs beyond the ``keep`` that may
+    run beside interactive work; they go back to their queue (``job_runner._yielded``)."""
+
+    def give_way(keep: int) -> list[str]:
         halted = runtime.running.yield_batch(keep)
         if halted:
             log.info("%d batch job(s) give way to interactive work", len(halted))
+        return halted
 
     return give_way
 

@@ -9,16 +9,18 @@ from collections.abc import Callable
 
 import httpx
 import pytest
+import redis
 from sqlalchemy import create_engine, func, select
 
 from producer.client import Client
+from producer.status import live_workers
 from schemas.jobs import JobStatus
 from schemas.queues import Priority, Tier
 from schemas.settings import Settings
 from schemas.tables import Job
 from tests.conftest import job_row
 from tests.e2e.conftest import WORKER_METRICS_PORT
-from workers.capacity import slot_shares
+from workers.shares import PAUSE_ABOVE_STEP_SHARE, slot_shares
 from workers.supervise import start_worker_process, stop_process, wait_until_warm
 
 pytestmark = pytest.mark.e2e
@@ -104,6 +106,39 @@ def test_an_interactive_job_starts_at_once_behind_a_batch_backlog(
             handle.cancel()
     wait_for(lambda: running_batch(e2e_settings) == 0)
     assert most_at_once(e2e_settings, [h.job_id for h in backlog]) <= shares.batch_max
+
+
+def test_where_a_step_is_most_of_a_first_token_batch_pauses_while_people_wait(
+    client: Client, e2e_settings: Settings, worker: str
+) -> None:
+    (entry,) = [
+        w
+        for w in live_workers(redis.Redis.from_url(e2e_settings.broker_url))
+        if w.worker_id == worker
+    ]
+    assert entry.engine_step_ms is not None and entry.engine_first_token_ms is not None
+    # A CPU engine: each decode step is most of a first token.
+    assert entry.engine_step_ms / entry.engine_first_token_ms > PAUSE_ABOVE_STEP_SHARE
+    assert entry.batch_under_interactive == 0
+    request = {"messages": [{"role": "user", "content": "Summarise: parcel late."}]}
+    backlog = [
+        client.submit({**request, "max_tokens": 24}, tier="small", priority="batch")
+        for _ in range(12)
+    ]
+    try:
+        wait_for(lambda: running_batch(e2e_settings) >= 1)
+        urgent = client.submit({**request, "max_tokens": 4}, tier="small")
+        assert urgent.result(timeout=120).text
+        # The running batch jobs gave way, and none starts within the interactive hold.
+        wait_for(lambda: running_batch(e2e_settings) == 0, timeout_s=2.5)
+        quiet_until = time.monotonic() + 1.5
+        while time.monotonic() < quiet_until:
+            assert running_batch(e2e_settings) == 0
+            time.sleep(0.05)
+    finally:
+        for handle in backlog:
+            handle.cancel()
+    wait_for(lambda: running_batch(e2e_settings) == 0)
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float = 120.0) -> None:

@@ -11,6 +11,10 @@ from producer.status import live_workers
 from schemas.queues import KNOWN_WORKERS_KEY, Tier, event_log_key, worker_key
 from schemas.settings import Settings
 from workers.registry import EXPIRY_S, WorkerRegistration
+from workers.shares import EngineTiming, SlotShares
+
+CPU_TIMING = EngineTiming(first_token_s=0.045, step_s=0.040)
+PAUSING = SlotShares(4, 1, 0, batch_under_interactive=0)
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +39,7 @@ def test_workers_are_found_among_many_other_keys_without_a_key_scan(
         pipe.rpush(event_log_key(f"job-{index}"), "{}")
     pipe.execute()
     registration(client, "large-1@b", Tier.LARGE)._write()
-    registration(client, "small-1@a", Tier.SMALL).mark_warm()
+    registration(client, "small-1@a", Tier.SMALL).mark_warm(CPU_TIMING, PAUSING)
 
     def no_scan(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("the registry was read by scanning every key")
@@ -48,6 +52,15 @@ def test_workers_are_found_among_many_other_keys_without_a_key_scan(
         ("large-1@b", Tier.LARGE, False),
         ("small-1@a", Tier.SMALL, True),
     ]
+
+
+def test_a_warm_worker_says_how_fast_its_engine_is_and_what_batch_may_hold(
+    client: redis.Redis,
+) -> None:
+    registration(client, "small-1@t", Tier.SMALL).mark_warm(CPU_TIMING, PAUSING)
+    (worker,) = live_workers(client)
+    assert (worker.engine_first_token_ms, worker.engine_step_ms) == (45.0, 40.0)
+    assert worker.batch_under_interactive == 0
 
 
 def test_a_known_worker_whose_entry_expired_is_left_out(client: redis.Redis) -> None:

@@ -10,14 +10,8 @@ import pytest
 
 from schemas.queues import BRPOP_TIMEOUT_S, Priority, Tier
 from schemas.settings import TierConfig
-from workers.capacity import (
-    PAUSED_POLL_S,
-    STALE_AFTER_S,
-    QueueSwitch,
-    SlotGate,
-    SlotShares,
-    slot_shares,
-)
+from workers.capacity import PAUSED_POLL_S, STALE_AFTER_S, QueueSwitch, SlotGate
+from workers.shares import EngineTiming, SlotShares, slot_shares
 
 INTER, BATCH = Priority.INTERACTIVE, Priority.BATCH
 
@@ -153,14 +147,14 @@ def test_each_interactive_message_asks_batch_to_give_way() -> None:
         Tier.SMALL,
         SlotShares(4, 1, 1),
         batch_waiting=lambda: False,
-        on_interactive=lambda: calls.append("give way"),
+        on_interactive=lambda keep: calls.append(f"give way, keep {keep}") or [],
     )
     gate.received("b0", "llm.small.batch")
     gate.received("m0", "llm.medium.interactive")  # another tier's: not ours
     assert calls == []
     gate.received("i0", "llm.small.interactive")
     gate.received("i1", "llm.small.interactive")
-    assert calls == ["give way"] * 2
+    assert calls == ["give way, keep 3"] * 2  # no smaller share: all of batch_max
 
 
 class FakeTaskConsumer:
@@ -202,3 +196,93 @@ def test_the_worker_polls_quickly_while_a_queue_is_paused() -> None:
     switch.resume("llm.small.batch")
     assert task_consumer.channel.brpop_timeout == BRPOP_TIMEOUT_S
     assert task_consumer.queues == order
+
+
+CPU_LIKE = EngineTiming(first_token_s=0.045, step_s=0.040)
+GPU_LIKE = EngineTiming(first_token_s=0.040, step_s=0.010)
+
+
+def test_batch_pauses_where_a_step_is_most_of_a_first_token() -> None:
+    assert CPU_LIKE.batch_should_pause
+    assert not GPU_LIKE.batch_should_pause
+    assert slot_shares(TierConfig(), 8, CPU_LIKE) == SlotShares(8, 2, 0, batch_under_interactive=0)
+    assert slot_shares(TierConfig(), 8, CPU_LIKE).batch_pauses
+    assert slot_shares(TierConfig(), 16, GPU_LIKE) == slot_shares(TierConfig(), 16)
+    # A share the operator set wins over the timing, either way.
+    assert (
+        slot_shares(TierConfig(batch_slots_under_interactive=3), 8, CPU_LIKE).batch_cap(True) == 3
+    )
+
+
+class PausingGate:
+    """A gate whose batch pauses while interactive work is about, on a fake clock."""
+
+    def __init__(self, *, max_pause_s: float = 30.0) -> None:
+        self.now = 100.0
+        self.kept: list[int] = []
+        self.halt: list[str] = []
+        self.switch = RecordingSwitch()
+        self.gate = SlotGate(
+            Tier.SMALL,
+            SlotShares(8, 2, 0, batch_under_interactive=0),
+            batch_waiting=lambda: True,
+            interactive_hold_s=5,
+            batch_max_pause_s=max_pause_s,
+            clock=lambda: self.now,
+            on_interactive=self._give_way,
+        )
+        self.gate.attach(self.switch)
+
+    def _give_way(self, keep: int) -> list[str]:
+        self.kept.append(keep)
+        halted, self.halt = self.halt, []
+        return halted
+
+    def batch_paused(self) -> bool:
+        return self.switch.calls[-1] == ("pause", "llm.small.batch")
+
+
+def test_batch_takes_a_turn_after_the_longest_pause_then_pauses_again() -> None:
+    lab = PausingGate()
+    lab.gate.received("i0", "llm.small.interactive")
+    assert lab.batch_paused() and lab.kept == [0]
+    lab.now += 29
+    lab.gate.rebalance()
+    assert lab.batch_paused()  # not yet: 29 s without batch progress
+    lab.now += 1
+    lab.gate.rebalance()
+    assert lab.switch.calls[-1] == ("resume", "llm.small.batch")  # a turn is due
+    lab.gate.received("b0", "llm.small.batch")
+    assert lab.batch_paused()  # the turn holds one slot, no more
+    lab.gate.received("i1", "llm.small.interactive")
+    assert lab.kept == [0, 1]  # the turn's job keeps running beside interactive work
+    lab.now += 1
+    lab.gate.finished("b0")
+    assert lab.batch_paused()  # progress: the next turn is 30 s away
+    lab.now += 29
+    lab.gate.rebalance()
+    assert lab.batch_paused()
+
+
+def test_a_batch_job_halted_to_give_way_is_no_progress() -> None:
+    lab = PausingGate()
+    lab.now += 29
+    lab.gate.received("b0", "llm.small.batch")  # no interactive work: batch runs freely
+    lab.halt = ["b0"]
+    lab.gate.received("i0", "llm.small.interactive")
+    lab.gate.finished("b0")  # halted, back in its queue
+    lab.now += 1
+    lab.gate.rebalance()
+    assert lab.switch.calls[-1] == ("resume", "llm.small.batch")  # 30 s with no batch job done
+
+
+def test_without_a_longest_pause_batch_waits_for_a_gap() -> None:
+    lab = PausingGate(max_pause_s=0)
+    lab.gate.received("i0", "llm.small.interactive")
+    lab.now += 3600
+    lab.gate.rebalance()
+    assert lab.batch_paused()
+    lab.gate.finished("i0")
+    lab.now += 5
+    lab.gate.rebalance()
+    assert lab.switch.calls[-1] == ("resume", "llm.small.batch")
