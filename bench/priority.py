@@ -28,6 +28,8 @@ from bench.harness import (
 from bench.spread import ratio_interval
 from producer.client import Client
 from producer.enqueue import withdraw_jobs
+from producer.status import live_workers
+from schemas.broker import redis_client
 from schemas.jobs import JobResult, JobStatus
 from schemas.queues import Priority, Tier, queue_name
 from schemas.settings import Settings
@@ -80,6 +82,7 @@ def run_priority(
         _interactive_samples(
             rig, PAIRED_WARMUP_ROUNDS, max_tokens, pauses, SideSamples(), label="warm-up"
         )
+        worker = _worker_fields(rig)
         for number, (is_loaded, size) in enumerate(phases(samples, blocks), start=1):
             if not is_loaded:
                 label = f"idle worker (phase {number})"
@@ -98,6 +101,7 @@ def run_priority(
         "slots": shares.slots,
         "batch_max_slots": shares.batch_max,
         "batch_jobs": batch_jobs,
+        **worker,
         "arrival_jitter_s": arrival_jitter_s,
         "idle_ttft_p50_ms": rounded(median(idle.ttfts)),
         "loaded_ttft_p50_ms": rounded(median(loaded.ttfts)),
@@ -285,6 +289,20 @@ def _queue_path_fields(side: str, samples: SideSamples) -> dict[str, float | Non
     return {
         f"{side}_queue_path_ms_p50": rounded(median(paths)) if paths else None,
         f"{side}_queue_path_ms_p99": rounded(percentile(paths, 99)) if paths else None,
+    }
+
+
+def _worker_fields(rig: Rig) -> dict[str, Any]:
+    """What the worker measured of its engine, and the batch share it chose from that
+    (``workers.shares``): 0 batch slots while people wait means batch pauses."""
+    workers = [w for w in live_workers(redis_client(rig.settings.broker_url)) if w.tier == rig.tier]
+    if not workers:
+        return {}
+    worker = workers[0]
+    return {
+        "worker_engine_first_token_ms": worker.engine_first_token_ms,
+        "worker_engine_step_ms": worker.engine_step_ms,
+        "batch_slots_under_interactive": worker.batch_under_interactive,
     }
 
 

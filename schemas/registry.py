@@ -55,9 +55,11 @@ class WorkerEntry(BaseModel):
     system_prompt_hits: int = 0
     system_prompt_hit_rate: float | None = None
     prefilled_prompts: list[str] = []
-    # The warm engine's own timing, and what it decided (``workers.shares``).
+    # A lone request on the warm engine, the recent interactive first tokens (the
+    # engine's part), and the batch share they set (``workers.shares``).
     engine_first_token_ms: float | None = None
     engine_step_ms: float | None = None
+    interactive_first_token_ms_p50: float | None = None
     batch_under_interactive: int | None = None
     """Batch slots the worker leaves to batch work while interactive work is about
     (0: batch pauses then)."""

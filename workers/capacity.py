@@ -141,7 +141,9 @@ class SlotGate:
     """Counts running jobs by priority and pauses or resumes their queues to match.
 
     ``on_interactive`` hears each interactive message with how many batch jobs may keep
-    running, and returns the ids of those it halted.
+    running, and returns the ids of those it halted. ``pauses`` says whether batch
+    pauses while interactive work is about, where the shares leave it to the engine's
+    speed (``workers.shares.pause_rule``).
     """
 
     def __init__(
@@ -154,8 +156,10 @@ class SlotGate:
         batch_max_pause_s: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
         on_interactive: Callable[[int], Collection[str]] | None = None,
+        pauses: Callable[[], bool] | None = None,
     ) -> None:
         self.tier = tier
+        self._pauses = pauses
         self._on_interactive = on_interactive
         self.shares = shares
         self._batch_waiting = batch_waiting
@@ -255,12 +259,13 @@ class SlotGate:
 
     def batch_cap(self, running: dict[Priority, int]) -> int:
         """How many batch jobs may run now: one on a turn while batch pauses."""
-        if self._batch_paused(running) and self._turns.due():
-            return 1
+        if self._batch_paused(running):
+            return 1 if self._turns.due() else 0
         return self.shares.batch_cap(self.interactive_about(running))
 
     def _batch_paused(self, running: dict[Priority, int]) -> bool:
-        return self.shares.batch_pauses and self.interactive_about(running)
+        pauses = self.shares.batch_pauses or (self._pauses is not None and self._pauses())
+        return pauses and self.interactive_about(running)
 
     def interactive_about(self, running: dict[Priority, int]) -> bool:
         """Interactive work runs, or ended less than ``interactive_hold_s`` ago.

@@ -181,6 +181,8 @@ def _finish(
     )
     # After the final event: its reader waits for nothing below.
     record_service_ms(runtime, timings.total_ms - timings.queue_wait_ms)
+    if claimed.priority == Priority.INTERACTIVE and timings.engine_ttft_ms is not None:
+        runtime.recent_first_tokens.record(timings.engine_ttft_ms / 1000.0)
     if runtime.metrics is not None:
         runtime.metrics.observe_done(
             claimed.priority,

@@ -12,7 +12,7 @@ import redis
 from schemas.queues import Tier, worker_key
 from schemas.registry import WorkerEntry, write_entry
 from workers.background import BackgroundLoop
-from workers.shares import EngineTiming, SlotShares
+from workers.shares import EngineTiming
 
 log = logging.getLogger(__name__)
 
@@ -66,16 +66,15 @@ class WorkerRegistration(BackgroundLoop):
         self._entry = self._entry.model_copy(update={"phase": phase})
         self._write()
 
-    def mark_warm(self, timing: EngineTiming, shares: SlotShares) -> None:
-        """Say this worker's engine is warm, how fast it is and what batch may hold
-        while people wait; from now on it takes work."""
+    def mark_warm(self, timing: EngineTiming) -> None:
+        """Say this worker's engine is warm, and how fast it ran a lone request; from
+        now on it takes work."""
         update = {
             "warm": True,
             "warm_at": time.time(),
             "phase": None,
             "engine_first_token_ms": round(timing.first_token_s * 1000, 2),
             "engine_step_ms": round(timing.step_s * 1000, 2),
-            "batch_under_interactive": shares.batch_cap(interactive_about=True),
         }
         self._entry = self._entry.model_copy(update=update)
         self._write()

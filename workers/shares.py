@@ -7,12 +7,17 @@ jobs wait it leaves ``batch_min`` slots to them: batch work always progresses.
 
 While interactive work is about, batch holds fewer slots still, or none: every
 interactive request that arrives while a batch sequence's engine step runs waits out
-the rest of that step. Where a step is short against a first token (a GPU) a small
-share costs people little; where it is most of one (a CPU), batch pauses.
+the rest of that step. Where a step is short against the tier's first tokens (a GPU,
+or long prompts) a small share costs people little; where it is most of one (short
+requests on a CPU), batch pauses (:func:`pause_rule`).
 """
 
 from __future__ import annotations
 
+import statistics
+import threading
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from schemas.queues import Priority
@@ -22,12 +27,20 @@ from schemas.settings import TierConfig
 UNDER_INTERACTIVE_DIVISOR = 6
 
 PAUSE_ABOVE_STEP_SHARE = 0.5
-"""Batch pauses while people wait where an engine step exceeds this share of an idle
-first token. A request that arrives during a batch step waits out the rest of it, up to
-a whole step, so its p99 is about (first token + step) / first token of the idle p99:
-above 1.5, the interactive goal, beyond this share. Measured: a decode step of 35-47 ms
-against a first token of 43-54 ms on 2-core CPU hosts (0.8-0.9); on a GPU, about 10
-against 40 ms (0.25)."""
+"""Batch pauses while people wait where an engine step exceeds this share of the tier's
+typical interactive first token. A request that arrives during a batch step waits out
+the rest of it, up to a whole step: beyond this share, that wait alone can take a
+request past 1.5 times its idle first token, the interactive goal. Measured: a decode
+step of 35-47 ms against first tokens of 43-54 ms for short requests on 2-core CPU
+hosts (0.8-0.9), while chat turns behind a 2k-token system prompt took about 110 ms
+there (0.35); on a GPU, a step of about 10 ms against 40 (0.25)."""
+RECENT_FIRST_TOKENS = 64
+MIN_RECENT_FIRST_TOKENS = 5
+
+
+def batch_should_pause(step_s: float, first_token_s: float) -> bool:
+    """True where waiting out one step would cost a first token over the goal's share."""
+    return step_s > PAUSE_ABOVE_STEP_SHARE * first_token_s
 
 
 @dataclass(frozen=True)
@@ -42,10 +55,39 @@ class EngineTiming:
         """The decode step as a share of the first token."""
         return self.step_s / self.first_token_s if self.first_token_s > 0 else 0.0
 
-    @property
-    def batch_should_pause(self) -> bool:
-        """True where any running batch sequence would cost people more than the goal."""
-        return self.step_share > PAUSE_ABOVE_STEP_SHARE
+
+class RecentFirstTokens:
+    """The tier's last interactive first tokens, the engine's part of each (from the
+    request's start on the engine to its first text), and their median."""
+
+    def __init__(self, window: int = RECENT_FIRST_TOKENS) -> None:
+        self._recent: deque[float] = deque(maxlen=window)
+        self._lock = threading.Lock()
+        self._median: float | None = None
+
+    def record(self, seconds: float) -> None:
+        with self._lock:
+            self._recent.append(seconds)
+            if len(self._recent) >= MIN_RECENT_FIRST_TOKENS:
+                self._median = statistics.median(self._recent)
+
+    def median(self) -> float | None:
+        """None until ``MIN_RECENT_FIRST_TOKENS`` were recorded."""
+        return self._median
+
+
+def pause_rule(timing: EngineTiming, recent: RecentFirstTokens) -> Callable[[], bool]:
+    """Whether batch pauses while people wait, asked afresh each time: the warm engine's
+    decode step against the recent interactive first tokens' median (the warm-up's own
+    first token until there are enough)."""
+
+    def pauses() -> bool:
+        typical = recent.median()
+        return batch_should_pause(
+            timing.step_s, timing.first_token_s if typical is None else typical
+        )
+
+    return pauses
 
 
 @dataclass(frozen=True)
@@ -104,7 +146,8 @@ class SlotShares:
             batch_cap = self.batch_cap(interactive_about)
         if running[Priority.BATCH] >= batch_cap:
             paused.add(Priority.BATCH)
-        batch_short = running[Priority.BATCH] < self.batch_min
+        # A minimum batch may not use now (it pauses) keeps no slot from interactive work.
+        batch_short = running[Priority.BATCH] < min(self.batch_min, batch_cap)
         if batch_waiting and batch_short and self.crowded(running):
             paused.add(Priority.INTERACTIVE)
         return paused
@@ -114,14 +157,13 @@ class SlotShares:
         return running[Priority.INTERACTIVE] >= self.slots - self.batch_min
 
 
-def slot_shares(config: TierConfig, slots: int, timing: EngineTiming | None = None) -> SlotShares:
+def slot_shares(config: TierConfig, slots: int) -> SlotShares:
     """The tier's shares for a worker of ``slots`` slots (``--concurrency`` may differ).
 
     By default a quarter of the slots (at least one) is kept for interactive work, and
     while interactive work is about, batch holds a sixth of its share (at least its
-    minimum): 2 of 12 batch slots on a 16-slot worker. Where the engine's ``timing``
-    says a step is most of a first token (``PAUSE_ABOVE_STEP_SHARE``), batch pauses
-    instead: no slot and no minimum while interactive work is about.
+    minimum): 2 of 12 batch slots on a 16-slot worker, unless the worker's pause rule
+    (:func:`pause_rule`) pauses it.
     """
     reserved = config.reserved_interactive_slots
     if reserved is None:
@@ -130,8 +172,6 @@ def slot_shares(config: TierConfig, slots: int, timing: EngineTiming | None = No
     batch_max = slots - reserved
     batch_min = min(config.batch_min_slots, batch_max)
     under = config.batch_slots_under_interactive
-    if under is None and timing is not None and timing.batch_should_pause:
-        return SlotShares(slots, reserved, batch_min=0, batch_under_interactive=0)
     if under is None:
         # Measured on 2-core CPU hosts: with half of the share (6 of 12) beside it, an
         # interactive first token took 3-3.6x its idle time; with 2, 1.4-1.8x.
@@ -142,3 +182,15 @@ def slot_shares(config: TierConfig, slots: int, timing: EngineTiming | None = No
         batch_min=batch_min,
         batch_under_interactive=min(max(under, batch_min), batch_max),
     )
+
+
+def share_snapshot(
+    shares: SlotShares, pauses: Callable[[], bool] | None, recent: RecentFirstTokens
+) -> dict[str, float | int | None]:
+    """What the worker's registry entry says of batch's share, at each heartbeat."""
+    median = recent.median()
+    paused = shares.batch_pauses or (pauses is not None and pauses())
+    return {
+        "interactive_first_token_ms_p50": None if median is None else round(median * 1000, 2),
+        "batch_under_interactive": 0 if paused else shares.batch_cap(interactive_about=True),
+    }

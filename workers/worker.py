@@ -32,7 +32,7 @@ from workers.models import resolve_model
 from workers.reaper import Reaper, ReaperThread
 from workers.registry import WorkerRegistration
 from workers.running_jobs import CancelListener
-from workers.shares import EngineTiming, SlotShares, slot_shares
+from workers.shares import EngineTiming, SlotShares, pause_rule, share_snapshot, slot_shares
 from workers.transport import job_ids_in_broker, restore_held
 from workers.variants import check_engine_config, detect_device, served_config
 from workers.warmup import KeepWarm, time_engine, warm_job_path, warm_up
@@ -135,7 +135,20 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
             log.info("metrics on :%d/metrics", options.metrics_port)
         registration.track(engine.in_flight, runtime.prefix_stats.snapshot)
         keep_warm, timing = _warm_engine(runtime, registration, options, concurrency)
-        shares = slot_shares(tier_config, concurrency, timing)
+        shares = slot_shares(tier_config, concurrency)
+        # Left to the engine's speed only where the tier sets no share of its own.
+        pauses = (
+            pause_rule(timing, runtime.recent_first_tokens)
+            if tier_config.batch_slots_under_interactive is None
+            else None
+        )
+        registration.track(
+            engine.in_flight,
+            lambda: (
+                runtime.prefix_stats.snapshot()
+                | share_snapshot(shares, pauses, runtime.recent_first_tokens)
+            ),
+        )
         warm_job_path(runtime)
         app.runtime = runtime
         for helper in _helpers(runtime, app):
@@ -143,12 +156,12 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
         resources.enter_context(EngineWatch(engine.alive, runtime.on_engine_dead))
         # Only now is the worker warm: it starts consuming right after this.
         runtime.warm.set()
-        registration.mark_warm(timing, shares)
+        registration.mark_warm(timing)
         if options.on_phase is not None:
             options.on_phase("ready")
         if keep_warm is not None:
             resources.enter_context(keep_warm)
-        return _consume(app, runtime, options, shares)
+        return _consume(app, runtime, options, shares, pauses)
 
 
 def _warm_engine(
@@ -215,7 +228,11 @@ def _helpers(runtime: WorkerRuntime, app: LlmqCelery) -> list[BackgroundLoop]:
 
 
 def _consume(
-    app: LlmqCelery, runtime: WorkerRuntime, options: WorkerOptions, shares: SlotShares
+    app: LlmqCelery,
+    runtime: WorkerRuntime,
+    options: WorkerOptions,
+    shares: SlotShares,
+    pauses: Callable[[], bool] | None,
 ) -> int:
     tier_config = runtime.settings.tier(runtime.tier)
     batch_queue = queue_name(runtime.tier, Priority.BATCH)
@@ -230,6 +247,7 @@ def _consume(
             interactive_hold_s=tier_config.interactive_hold_s,
             batch_max_pause_s=tier_config.batch_max_pause_s,
             on_interactive=_batch_gives_way(runtime) if tier_config.batch_gives_way else None,
+            pauses=pauses,
         ),
     )
     queues = tier_queues(runtime.tier)
@@ -240,7 +258,7 @@ def _consume(
         ", ".join(queues),
         shares.batch_max,
         shares.slots,
-        _under_interactive(shares, tier_config.batch_max_pause_s),
+        _under_interactive(shares, pauses, tier_config.batch_max_pause_s),
     )
     worker = app.Worker(
         hostname=runtime.worker_id,
@@ -257,12 +275,18 @@ def _consume(
     return int(worker.exitcode or 0)
 
 
-def _under_interactive(shares: SlotShares, max_pause_s: float) -> str:
-    if not shares.batch_pauses:
-        return str(shares.batch_cap(interactive_about=True))
-    if max_pause_s <= 0:
-        return "none"
-    return f"none, one job after {max_pause_s:g} s without one"
+def _under_interactive(
+    shares: SlotShares, pauses: Callable[[], bool] | None, max_pause_s: float
+) -> str:
+    share = str(shares.batch_cap(interactive_about=True))
+    turn = f", one job after {max_pause_s:g} s without one" if max_pause_s > 0 else ""
+    if shares.batch_pauses:
+        return f"none{turn}"
+    if pauses is not None:
+        # The rule is asked afresh at each decision: the tier's requests set it.
+        now = "none" if pauses() else share
+        return f"{share}, or none{turn} where a step is over half a first token (now {now})"
+    return share
 
 
 def _batch_gives_way(runtime: WorkerRuntime) -> Callable[[int], list[str]]:

@@ -21,6 +21,7 @@ from workers.metrics import WorkerMetrics
 from workers.prefix import PrefixCacheStats
 from workers.received_starts import ReceivedStarts
 from workers.running_jobs import RunningJobs
+from workers.shares import RecentFirstTokens
 
 if TYPE_CHECKING:
     from workers.early_start import EarlyStart
@@ -51,5 +52,7 @@ class WorkerRuntime:
     """Engine requests started as their messages arrived, until their tasks take them."""
     first_tokens: FirstTokenGate = field(default_factory=FirstTokenGate)
     """Interactive requests before their first token, which batch starts wait out."""
+    recent_first_tokens: RecentFirstTokens = field(default_factory=RecentFirstTokens)
+    """The engine's part of the last interactive first tokens (``workers.shares``)."""
     appends: AppendCombiner | None = None
     """Combines the jobs' stream events into one round trip (None: one each)."""

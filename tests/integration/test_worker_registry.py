@@ -9,12 +9,11 @@ import redis
 
 from producer.status import live_workers
 from schemas.queues import KNOWN_WORKERS_KEY, Tier, event_log_key, worker_key
-from schemas.settings import Settings
+from schemas.settings import Settings, TierConfig
 from workers.registry import EXPIRY_S, WorkerRegistration
-from workers.shares import EngineTiming, SlotShares
+from workers.shares import EngineTiming, RecentFirstTokens, pause_rule, share_snapshot, slot_shares
 
 CPU_TIMING = EngineTiming(first_token_s=0.045, step_s=0.040)
-PAUSING = SlotShares(4, 1, 0, batch_under_interactive=0)
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +38,7 @@ def test_workers_are_found_among_many_other_keys_without_a_key_scan(
         pipe.rpush(event_log_key(f"job-{index}"), "{}")
     pipe.execute()
     registration(client, "large-1@b", Tier.LARGE)._write()
-    registration(client, "small-1@a", Tier.SMALL).mark_warm(CPU_TIMING, PAUSING)
+    registration(client, "small-1@a", Tier.SMALL).mark_warm(CPU_TIMING)
 
     def no_scan(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("the registry was read by scanning every key")
@@ -57,10 +56,21 @@ def test_workers_are_found_among_many_other_keys_without_a_key_scan(
 def test_a_warm_worker_says_how_fast_its_engine_is_and_what_batch_may_hold(
     client: redis.Redis,
 ) -> None:
-    registration(client, "small-1@t", Tier.SMALL).mark_warm(CPU_TIMING, PAUSING)
-    (worker,) = live_workers(client)
-    assert (worker.engine_first_token_ms, worker.engine_step_ms) == (45.0, 40.0)
-    assert worker.batch_under_interactive == 0
+    worker = registration(client, "small-1@t", Tier.SMALL)
+    shares = slot_shares(TierConfig(), 16)
+    recent = RecentFirstTokens()
+    rule = pause_rule(CPU_TIMING, recent)
+    worker.track(lambda: 0, lambda: share_snapshot(shares, rule, recent))
+    worker.mark_warm(CPU_TIMING)
+    (entry,) = live_workers(client)
+    assert (entry.engine_first_token_ms, entry.engine_step_ms) == (45.0, 40.0)
+    assert entry.interactive_first_token_ms_p50 is None
+    assert entry.batch_under_interactive == 0  # a step is most of the warm-up's first token
+    for _ in range(8):
+        recent.record(0.2)  # long prompts' first tokens
+    worker._write()  # the next heartbeat
+    (entry,) = live_workers(client)
+    assert (entry.interactive_first_token_ms_p50, entry.batch_under_interactive) == (200.0, 2)
 
 
 def test_a_known_worker_whose_entry_expired_is_left_out(client: redis.Redis) -> None:

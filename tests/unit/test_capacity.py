@@ -11,7 +11,14 @@ import pytest
 from schemas.queues import BRPOP_TIMEOUT_S, Priority, Tier
 from schemas.settings import TierConfig
 from workers.capacity import PAUSED_POLL_S, STALE_AFTER_S, QueueSwitch, SlotGate
-from workers.shares import EngineTiming, SlotShares, slot_shares
+from workers.shares import (
+    MIN_RECENT_FIRST_TOKENS,
+    EngineTiming,
+    RecentFirstTokens,
+    SlotShares,
+    pause_rule,
+    slot_shares,
+)
 
 INTER, BATCH = Priority.INTERACTIVE, Priority.BATCH
 
@@ -202,16 +209,54 @@ CPU_LIKE = EngineTiming(first_token_s=0.045, step_s=0.040)
 GPU_LIKE = EngineTiming(first_token_s=0.040, step_s=0.010)
 
 
-def test_batch_pauses_where_a_step_is_most_of_a_first_token() -> None:
-    assert CPU_LIKE.batch_should_pause
-    assert not GPU_LIKE.batch_should_pause
-    assert slot_shares(TierConfig(), 8, CPU_LIKE) == SlotShares(8, 2, 0, batch_under_interactive=0)
-    assert slot_shares(TierConfig(), 8, CPU_LIKE).batch_pauses
-    assert slot_shares(TierConfig(), 16, GPU_LIKE) == slot_shares(TierConfig(), 16)
-    # A share the operator set wins over the timing, either way.
-    assert (
-        slot_shares(TierConfig(batch_slots_under_interactive=3), 8, CPU_LIKE).batch_cap(True) == 3
+def test_batch_pauses_where_a_step_is_over_half_the_typical_first_token() -> None:
+    assert pause_rule(CPU_LIKE, RecentFirstTokens())()  # the warm-up's own request
+    assert not pause_rule(GPU_LIKE, RecentFirstTokens())()
+    recent = RecentFirstTokens(window=8)
+    cpu_rule = pause_rule(CPU_LIKE, recent)
+    for _ in range(MIN_RECENT_FIRST_TOKENS):
+        recent.record(0.120)  # chat turns behind a long system prompt
+    assert recent.median() == 0.120
+    assert not cpu_rule()  # a step wait is a third of such a first token
+    for _ in range(8):
+        recent.record(0.050)  # short requests push the long ones out of the window
+    assert cpu_rule()
+
+
+def test_a_few_first_tokens_do_not_decide_yet() -> None:
+    recent = RecentFirstTokens()
+    for _ in range(MIN_RECENT_FIRST_TOKENS - 1):
+        recent.record(1.0)
+    assert recent.median() is None
+    assert pause_rule(CPU_LIKE, recent)()
+
+
+def test_the_rule_pauses_a_share_and_its_minimum_while_people_wait() -> None:
+    pausing = [True]
+    gate = SlotGate(
+        Tier.SMALL,
+        SlotShares(8, 2, 1, batch_under_interactive=1),
+        batch_waiting=lambda: True,
+        interactive_hold_s=5,
+        pauses=lambda: pausing[0],
     )
+    switch = RecordingSwitch()
+    gate.attach(switch)
+    for index in range(7):
+        gate.received(f"i{index}", "llm.small.interactive")
+    # Batch may not run now: the slot its minimum would keep stays with interactive work.
+    assert switch.calls == [("pause", "llm.small.batch")]
+    assert gate.batch_cap(gate.running()) == 0
+    pausing[0] = False
+    assert gate.batch_cap(gate.running()) == 1
+    gate.rebalance()
+    assert switch.calls[-1] == ("resume", "llm.small.batch")
+
+
+def test_a_share_that_is_no_share_pauses_batch() -> None:
+    shares = SlotShares(8, 2, 0, batch_under_interactive=0)
+    assert shares.batch_pauses
+    assert not slot_shares(TierConfig(), 8).batch_pauses
 
 
 class PausingGate:
