@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from schemas.prompt_registry import PromptCatalog, SystemPrompt
 from schemas.queues import Tier
@@ -63,10 +64,12 @@ def warm_up(engine: Engine, *, concurrency: int = 2) -> float:
     return spent
 
 
-def time_engine(engine: Engine, *, runs: int = TIMING_RUNS) -> EngineTiming:
+def time_engine(
+    engine: Engine, *, runs: int = TIMING_RUNS, clock: Callable[[], float] = time.monotonic
+) -> EngineTiming:
     """A lone request's first token and decode step on the warm engine, the fastest of
     ``runs`` of each (a shared host's stray slow moment is not the engine's speed)."""
-    timings = [_time_one(engine, f"timing-{index}") for index in range(runs)]
+    timings = [_time_one(engine, f"timing-{index}", clock) for index in range(runs)]
     timing = EngineTiming(
         first_token_s=min(t.first_token_s for t in timings),
         step_s=min(t.step_s for t in timings),
@@ -80,14 +83,14 @@ def time_engine(engine: Engine, *, runs: int = TIMING_RUNS) -> EngineTiming:
     return timing
 
 
-def _time_one(engine: Engine, request_id: str) -> EngineTiming:
+def _time_one(engine: Engine, request_id: str, clock: Callable[[], float]) -> EngineTiming:
     prompt = engine.render_chat([{"role": "user", "content": TIMING_PROMPT}])
     options = SamplingOptions(max_tokens=TIMING_TOKENS, temperature=0.0)
-    started = time.monotonic()
+    started = clock()
     first: tuple[float, int] | None = None
     last = (started, 0)
     for delta in engine.stream(prompt, options, request_id):
-        last = (time.monotonic(), delta.completion_tokens)
+        last = (clock(), delta.completion_tokens)
         first = first or last
     if first is None or last[1] <= first[1]:
         # One token, or one delta: no decode step to see; count it as a step as long.
