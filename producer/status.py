@@ -75,16 +75,26 @@ def render_status(client: redis.Redis) -> str:
         lines.append("no workers running (start one with: llmq worker --tier small)")
         return "\n".join(lines)
     lines.append(
-        "WORKER                              TIER    ENGINE  IN-FLIGHT  FREE/SLOTS  PREFIX HITS"
+        "WORKER                              TIER    ENGINE  IN-FLIGHT  FREE/SLOTS  "
+        "PREFIX HITS  BATCH WHILE PEOPLE WAIT"
     )
     for worker in workers:
         engine = "warm" if worker.warm else "warming"
         free = f"{worker.free_slots}/{worker.concurrency}"
         lines.append(
             f"{worker.worker_id:<35} {worker.tier.value:<7} {engine:<7} "
-            f"{worker.in_flight:>9}  {free:>10}  {_hits(worker)}"
+            f"{worker.in_flight:>9}  {free:>10}  {_hits(worker):<11}  {_batch_share(worker)}"
         )
     return "\n".join(lines)
+
+
+def _batch_share(worker: WorkerEntry) -> str:
+    """The batch slots the worker leaves to batch work while interactive work is about."""
+    if worker.batch_under_interactive is None:
+        return "-"
+    if worker.batch_under_interactive == 0:
+        return "paused"
+    return f"{worker.batch_under_interactive} slots"
 
 
 def _hits(worker: WorkerEntry) -> str:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from producer.status import live_workers
+from producer.status import live_workers, render_status
 from schemas.queues import KNOWN_WORKERS_KEY, Tier, event_log_key, worker_key
 from schemas.settings import Settings, TierConfig
 from workers.registry import EXPIRY_S, WorkerRegistration
@@ -71,6 +71,23 @@ def test_a_warm_worker_says_how_fast_its_engine_is_and_what_batch_may_hold(
     worker._write()  # the next heartbeat
     (entry,) = live_workers(client)
     assert (entry.interactive_first_token_ms_p50, entry.batch_under_interactive) == (200.0, 2)
+
+
+def test_status_shows_whether_batch_pauses_while_people_wait(client: redis.Redis) -> None:
+    shares = slot_shares(TierConfig(), 16)
+    for worker_id, first_token_s in (("small-1@fast", 0.045), ("small-2@slow", 0.2)):
+        recent = RecentFirstTokens()
+        for _ in range(8):
+            recent.record(first_token_s)
+        worker = registration(client, worker_id, Tier.SMALL)
+        snapshot = share_snapshot(shares, pause_rule(CPU_TIMING, recent), recent)
+        worker.track(lambda: 0, lambda snapshot=snapshot: snapshot)
+        worker.mark_warm(CPU_TIMING)
+    status = render_status(client)
+    rows = {line.split()[0]: line for line in status.splitlines() if line.strip()}
+    assert "BATCH WHILE PEOPLE WAIT" in status
+    assert rows["small-1@fast"].endswith("paused")  # short requests: a step is most of one
+    assert rows["small-2@slow"].endswith("2 slots")
 
 
 def test_a_known_worker_whose_entry_expired_is_left_out(client: redis.Redis) -> None:
