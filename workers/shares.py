@@ -32,8 +32,9 @@ typical interactive first token. A request that arrives during a batch step wait
 the rest of it, up to a whole step: beyond this share, that wait alone can take a
 request past 1.5 times its idle first token, the interactive goal. Measured: a decode
 step of 35-47 ms against first tokens of 43-54 ms for short requests on 2-core CPU
-hosts (0.8-0.9), while chat turns behind a 2k-token system prompt took about 110 ms
-there (0.35); on a GPU, a step of about 10 ms against 40 (0.25)."""
+hosts (0.8-0.9), while chat turns behind a 2k-token system prompt took about 100 ms
+there (0.4; the rows' median first token on a mixed day, 103 ms); on a GPU, a step
+of about 10 ms against 40 (0.25)."""
 RECENT_FIRST_TOKENS = 64
 MIN_RECENT_FIRST_TOKENS = 5
 
