@@ -25,7 +25,7 @@ from schemas.queues import (
     queue_name,
     tier_queues,
 )
-from workers.shares import SlotShares
+from workers.shares import SlotShares, batch_pauses_now
 
 log = logging.getLogger(__name__)
 
@@ -264,8 +264,7 @@ class SlotGate:
         return self.shares.batch_cap(self.interactive_about(running))
 
     def _batch_paused(self, running: dict[Priority, int]) -> bool:
-        pauses = self.shares.batch_pauses or (self._pauses is not None and self._pauses())
-        return pauses and self.interactive_about(running)
+        return batch_pauses_now(self.shares, self._pauses) and self.interactive_about(running)
 
     def interactive_about(self, running: dict[Priority, int]) -> bool:
         """Interactive work runs, or ended less than ``interactive_hold_s`` ago.

@@ -185,12 +185,18 @@ def slot_shares(config: TierConfig, slots: int) -> SlotShares:
     )
 
 
+def batch_pauses_now(shares: SlotShares, pauses: Callable[[], bool] | None) -> bool:
+    """Batch holds no slot while people wait: the tier left it none, or the worker's
+    pause rule (:func:`pause_rule`) says so now."""
+    return shares.batch_pauses or (pauses is not None and pauses())
+
+
 def share_snapshot(
     shares: SlotShares, pauses: Callable[[], bool] | None, recent: RecentFirstTokens
 ) -> dict[str, float | int | None]:
     """What the worker's registry entry says of batch's share, at each heartbeat."""
     median = recent.median()
-    paused = shares.batch_pauses or (pauses is not None and pauses())
+    paused = batch_pauses_now(shares, pauses)
     return {
         "interactive_first_token_ms_p50": None if median is None else round(median * 1000, 2),
         "batch_under_interactive": 0 if paused else shares.batch_cap(interactive_about=True),
