@@ -295,7 +295,11 @@ def _queue_path_fields(side: str, samples: SideSamples) -> dict[str, float | Non
 def _worker_fields(rig: Rig) -> dict[str, Any]:
     """What the worker measured of its engine, and the batch share it chose from that
     (``workers.shares``): 0 batch slots while people wait means batch pauses."""
-    workers = [w for w in live_workers(redis_client(rig.settings.broker_url)) if w.tier == rig.tier]
+    client = redis_client(rig.settings.broker_url)
+    try:
+        workers = [w for w in live_workers(client) if w.tier == rig.tier]
+    finally:
+        client.close()
     if not workers:
         return {}
     worker = workers[0]
