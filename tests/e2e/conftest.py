@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,10 +14,25 @@ from schemas.errors import EngineError
 from schemas.queues import Tier
 from schemas.settings import Settings
 from tests.conftest import E2E_REDIS_DB, REDIS_BASE, postgres_database, truncate_jobs
-from tests.gateway_server import free_port
 from workers.supervise import start_worker_process, stop_process, wait_until_warm
 
-WORKER_METRICS_PORT = free_port()
+
+def port_outside_ephemeral_range() -> int:
+    """A free port below the kernel's ephemeral range. A port from ``bind(0)`` is free
+    again once returned, and the worker's own engine, started before its metrics server,
+    may be handed the same one for its sockets (seen once: "Address already in use")."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for port in range(low - 2000, low):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
+
+
+WORKER_METRICS_PORT = port_outside_ephemeral_range()
 
 
 @pytest.fixture(scope="session")
