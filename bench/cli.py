@@ -99,6 +99,14 @@ def _peer(settings: Settings, values: Values) -> dict[str, Any]:
     return run_peer(settings, tier=tier, plan=PeerPlan(**values))
 
 
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def _rates(text: str) -> tuple[float, ...]:
+    return tuple(float(rate) for rate in _names(text))
+
+
 def _mixed(settings: Settings, values: Values) -> dict[str, Any]:
     from bench.mixed import run_mixed
 
@@ -342,7 +350,8 @@ BENCHES: tuple[Bench, ...] = (
     ),
     Bench(
         "mixed",
-        "a mixed day (support chats, a batch flood, a restart): vLLM's own server vs llmq",
+        "a mixed day (support chats and a batch flood): llmq against vLLM's own server "
+        "used three ways, goodput and SLO attainment per side",
         _mixed,
         (
             opt("--minutes", default=2.0, type=float, help="length of the trace"),
@@ -355,12 +364,31 @@ BENCHES: tuple[Bench, ...] = (
                 help="interactive requests per second",
             ),
             opt("--batch-rate", default=2.0, type=float, help="batch requests per second"),
-            opt("--vllm-tier", type=Tier, help="tier whose engine vLLM's server runs (large)"),
             opt(
-                "--llmq-tier",
-                type=Tier,
-                help="tier llmq's one worker serves, where auto lands (the default tier)",
+                "--sides",
+                default="vllm_fcfs,vllm_priority,vllm_capped,llmq",
+                type=_names,
+                help="which sides run, in this order (llmq, vllm_fcfs, vllm_priority, vllm_capped)",
             ),
+            opt(
+                "--blocks",
+                default=1,
+                help="run the sides this many times, every other pass in reverse (2: ABBA); "
+                "each side's figures pool its passes",
+            ),
+            opt(
+                "--flood-cap",
+                default=8,
+                help="vllm_capped: the most batch requests its client keeps in flight",
+            ),
+            opt(
+                "--flood-rates",
+                default="",
+                type=_rates,
+                help="a sweep: batch rates (per second, comma-separated) to rerun every "
+                "side at, once each",
+            ),
+            opt("--tier", type=Tier, help="the tier whose model every side serves (default)"),
         ),
         on_engine=False,
     ),

@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-import sys
 import tempfile
 import threading
 import time
@@ -33,18 +32,36 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.harness import percentile, rounded, step
-from bench.redis_server import RedisServer, free_port
+from bench.goodput import (
+    Outcome,
+    SideFigures,
+    Slo,
+    quality_percent,
+    ratio_interval,
+    side_figures,
+    side_keys,
+    window_tokens,
+)
+from bench.harness import rounded, step
+from bench.mixed_sides import (
+    DEFAULT_FLOOD_CAP,
+    VLLM_MODES,
+    LlmqSide,
+    Side,
+    VllmSide,
+)
+from bench.mixed_target import Target, request_arguments
 from bench.trace import Event, TracePlan, build_trace, describe
-from schemas.prompt_registry import PromptRegistry
 from schemas.queues import Tier
 from schemas.settings import Settings
 
+SIDES = ("vllm_fcfs", "vllm_priority", "vllm_capped", "llmq")
+
 REQUEST_TIMEOUT_S = 300.0
-START_TIMEOUT_S = 900.0
 MAX_IN_FLIGHT = 512
 """Dispatcher threads: an open loop must never wait for a free thread."""
 CUT_GRACE_S = 30.0
@@ -54,61 +71,6 @@ COST_MEASURE = (
     "engine-seconds: seconds with at least one request of the side in flight (seen "
     "from the client), times the serving tier's cost_weight"
 )
-
-
-@dataclass
-class Outcome:
-    """What one request of the trace got, in seconds from the replay's start."""
-
-    index: int
-    kind: str
-    sent: float
-    finished: float | None = None
-    ttft_ms: float | None = None
-    e2e_ms: float | None = None
-    tokens: int = 0
-    text: str = ""
-    ok: bool = False
-    cut: bool = False
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class Target:
-    """How one side is called: where, as which model, and what each request adds."""
-
-    base_url: str
-    api_key: str
-    interactive_model: str
-    batch_model: str
-    # Registered prompts by reference -> text, for a side that needs the text sent.
-    inline_prompts: dict[str, str] | None
-    batch_extra: dict[str, Any] = field(default_factory=dict)
-
-
-def request_arguments(target: Target, event: Event) -> dict[str, Any]:
-    """The ``chat.completions.create`` keywords of ``event`` for ``target``."""
-    messages = [dict(m) for m in event.messages]
-    extra: dict[str, Any] = {}
-    if event.system_prompt is not None:
-        if target.inline_prompts is not None:
-            text = target.inline_prompts[event.system_prompt]
-            messages.insert(0, {"role": "system", "content": text})
-        else:
-            extra["system_prompt"] = event.system_prompt
-    if event.kind == "batch":
-        extra.update(target.batch_extra)
-    arguments: dict[str, Any] = {
-        "model": target.batch_model if event.kind == "batch" else target.interactive_model,
-        "messages": messages,
-        "max_tokens": event.max_tokens,
-        "temperature": 0.0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    if extra:
-        arguments["extra_body"] = extra
-    return arguments
 
 
 class Replay:
@@ -130,6 +92,8 @@ class Replay:
         self._open_batch: dict[int, Any] = {}
         self._cut_at: float | None = None
         self._start = 0.0
+        cap = target.batch_cap
+        self._batch_permits = threading.Semaphore(cap) if cap is not None else None
 
     def now(self) -> float:
         return time.perf_counter() - self._start
@@ -200,6 +164,25 @@ class Replay:
             abort_stream(stream)
 
     def _one(self, index: int, event: Event) -> None:
+        permits = self._batch_permits if event.kind == "batch" else None
+        if permits is None:
+            self._request(index, event)
+            return
+        while not permits.acquire(timeout=0.2):  # the client's cap on batch in flight
+            if self._cut_at is not None:
+                break
+        else:
+            try:
+                self._request(index, event)
+            finally:
+                permits.release()
+            return
+        with self._lock:  # still waiting for a permit when the trace ended
+            self._done[index] = Outcome(
+                index=index, kind=event.kind, sent=event.t, finished=self._cut_at, cut=True
+            )
+
+    def _request(self, index: int, event: Event) -> None:
         outcome = Outcome(index=index, kind=event.kind, sent=self.now())
         with self._lock:
             if event.kind == "batch" and self._cut_at is not None:
@@ -288,390 +271,6 @@ def abort_stream(stream: Any) -> None:
         stream.close()
 
 
-# --- the report's arithmetic -------------------------------------------------------
-
-
-def busy_seconds(intervals: Sequence[tuple[float, float]]) -> float:
-    """Length of the union of ``[start, end]`` intervals."""
-    total = 0.0
-    current_start: float | None = None
-    current_end = 0.0
-    for start, end in sorted(intervals):
-        if current_start is None or start > current_end:
-            if current_start is not None:
-                total += current_end - current_start
-            current_start, current_end = start, end
-        else:
-            current_end = max(current_end, end)
-    if current_start is not None:
-        total += current_end - current_start
-    return total
-
-
-@dataclass(frozen=True)
-class SideFigures:
-    """One side's figures, before they get the side's prefix."""
-
-    ttft_p50_ms: float | None
-    ttft_p95_ms: float | None
-    ttft_p99_ms: float | None
-    e2e_p50_ms: float | None
-    e2e_p95_ms: float | None
-    interactive_ok: int
-    batch_completed: int
-    batch_cut: int
-    batch_tok_s: float
-    failed: int
-    cost: float
-
-
-def side_figures(
-    outcomes: Sequence[Outcome],
-    *,
-    flood_s: float,
-    cost_weight: float,
-) -> SideFigures:
-    """Percentiles, batch goodput and cost of one side's outcomes.
-
-    ``batch_tok_s``: completion tokens of batch requests that finished inside the
-    trace, over the flood's length. A cut batch request (still running when the trace
-    ended) is neither completed nor failed. Every other request that did not end with
-    text is failed.
-    """
-    interactive = [o for o in outcomes if o.kind == "interactive" and o.ok]
-    batch_done = [o for o in outcomes if o.kind == "batch" and o.ok]
-    ttft = [o.ttft_ms for o in interactive if o.ttft_ms is not None]
-    e2e = [o.e2e_ms for o in interactive if o.e2e_ms is not None]
-    intervals = [(o.sent, o.finished) for o in outcomes if o.finished is not None]
-    return SideFigures(
-        ttft_p50_ms=_pct(ttft, 50),
-        ttft_p95_ms=_pct(ttft, 95),
-        ttft_p99_ms=_pct(ttft, 99),
-        e2e_p50_ms=_pct(e2e, 50),
-        e2e_p95_ms=_pct(e2e, 95),
-        interactive_ok=len(interactive),
-        batch_completed=len(batch_done),
-        batch_cut=sum(o.cut for o in outcomes),
-        batch_tok_s=rounded(sum(o.tokens for o in batch_done) / flood_s) if flood_s > 0 else 0.0,
-        failed=sum(not o.ok and not o.cut for o in outcomes),
-        cost=rounded(busy_seconds(intervals) * cost_weight),
-    )
-
-
-def _pct(values: list[float], q: float) -> float | None:
-    return rounded(percentile(values, q)) if values else None
-
-
-def quality_percent(scores: Sequence[bool | float]) -> float | None:
-    """Mean score in percent points (a failed request scores 0); None without cases."""
-    if not scores:
-        return None
-    return rounded(100.0 * sum(float(s) for s in scores) / len(scores))
-
-
-def combine(
-    vllm: SideFigures,
-    llmq: SideFigures,
-    *,
-    vllm_quality: float | None,
-    llmq_quality: float | None,
-) -> dict[str, Any]:
-    """The issue's figures, then the rest of both sides' figures."""
-
-    def speedup(theirs: float | None, ours: float | None) -> float | None:
-        return round(theirs / ours, 2) if theirs is not None and ours else None
-
-    figures: dict[str, Any] = {
-        "vllm_interactive_ttft_p99_ms": vllm.ttft_p99_ms,
-        "llmq_interactive_ttft_p99_ms": llmq.ttft_p99_ms,
-        "p99_speedup": speedup(vllm.ttft_p99_ms, llmq.ttft_p99_ms),
-        "vllm_interactive_ttft_p50_ms": vllm.ttft_p50_ms,
-        "llmq_interactive_ttft_p50_ms": llmq.ttft_p50_ms,
-        "vllm_batch_tok_s": vllm.batch_tok_s,
-        "llmq_batch_tok_s": llmq.batch_tok_s,
-        "vllm_quality": vllm_quality,
-        "llmq_quality": llmq_quality,
-        "vllm_cost": vllm.cost,
-        "llmq_cost": llmq.cost,
-        "vllm_failed": vllm.failed,
-        "llmq_failed": llmq.failed,
-    }
-    for name, side in (("vllm", vllm), ("llmq", llmq)):
-        figures[f"{name}_interactive_ttft_p95_ms"] = side.ttft_p95_ms
-        figures[f"{name}_interactive_e2e_p50_ms"] = side.e2e_p50_ms
-        figures[f"{name}_interactive_e2e_p95_ms"] = side.e2e_p95_ms
-        figures[f"{name}_interactive_ok"] = side.interactive_ok
-        figures[f"{name}_batch_completed"] = side.batch_completed
-        figures[f"{name}_batch_cut_at_end"] = side.batch_cut
-    figures["p50_speedup"] = speedup(vllm.ttft_p50_ms, llmq.ttft_p50_ms)
-    figures["batch_tok_s_ratio"] = (
-        round(llmq.batch_tok_s / vllm.batch_tok_s, 3) if vllm.batch_tok_s else None
-    )
-    return figures
-
-
-# --- the sides -----------------------------------------------------------------------
-
-
-class Side:
-    """A running server to replay against; ``restart`` kills and restarts its engine."""
-
-    name: str
-    target: Target
-    tier: Tier
-    tiers_served: list[str]
-
-    def start(self) -> None:
-        """Start the server; returns once it serves."""
-        raise NotImplementedError
-
-    def stop(self) -> None:
-        """Stop everything :meth:`start` started."""
-        raise NotImplementedError
-
-    def restart(self) -> float:
-        """Kill the engine's process and start it again; seconds until it serves again."""
-        raise NotImplementedError
-
-    def cut_batch(self) -> None:
-        """Drop batch work still waiting or running when the trace ends.
-
-        A plain server aborts a request whose client left; that is the default.
-        """
-
-
-class VllmSide(Side):
-    """vLLM's own OpenAI server on a fixed port (a restart comes back on the same one)."""
-
-    name = "vllm"
-
-    def __init__(self, settings: Settings, tier: Tier, scratch: Path) -> None:
-        from bench.peer import vllm_flags
-        from workers.engine.vllm import engine_arguments
-        from workers.models import resolve_model
-
-        config = settings.tier(tier)
-        model_path = resolve_model(config.model, settings.bundled_model_dir)
-        self.tier = tier
-        self.tiers_served = [tier.value]
-        self.port = free_port()
-        self.model = Path(str(model_path)).name
-        self.log = scratch / "vllm.log"
-        self.command = [
-            sys.executable,
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--port",
-            str(self.port),
-            "--host",
-            "127.0.0.1",
-            "--served-model-name",
-            self.model,
-            "--disable-uvicorn-access-log",
-            *vllm_flags(engine_arguments(str(model_path), config)),
-        ]
-        registry = PromptRegistry.load(settings.prompts_dir)
-        self.target = Target(
-            base_url=f"http://127.0.0.1:{self.port}",
-            api_key="none",
-            interactive_model=self.model,
-            batch_model=self.model,
-            inline_prompts=_prompt_texts(registry),
-        )
-        self.process: Any = None
-        # A restart runs in its own thread: once stopped for good, nothing starts again.
-        self._guard = threading.Lock()
-        self._closed = False
-
-    def start(self) -> None:
-        import subprocess
-
-        from bench.peer import _wait_for
-
-        with self._guard, self.log.open("ab") as log:
-            if self._closed:
-                raise RuntimeError("vLLM's server was stopped")
-            process = subprocess.Popen(
-                self.command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-            self.process = process
-        _wait_for(self.target.base_url + "/v1/models", process)
-
-    def stop(self, *, kill: bool = False) -> None:
-        import signal
-
-        from bench.peer import _stop_group
-
-        with self._guard:
-            process, self.process = self.process, None
-            self._closed = self._closed or not kill
-        if process is None:
-            return
-        if kill:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        else:
-            _stop_group(process)
-
-    def restart(self) -> float:
-        started = time.perf_counter()
-        self.stop(kill=True)
-        self.start()
-        return time.perf_counter() - started
-
-
-class LlmqSide(Side):
-    """A private Redis, SQLite job database, one warm worker and ``llmq gateway``."""
-
-    name = "llmq"
-
-    def __init__(self, settings: Settings, scratch: Path, tier: Tier) -> None:
-        self.tier = tier
-        self.tiers_served = [self.tier.value]
-        self.scratch = scratch
-        self.redis = RedisServer(scratch)
-        self.redis.start()
-        self.settings = settings.model_copy(
-            update={
-                "broker_url": self.redis.url,
-                "database_url": f"sqlite:///{scratch / 'mixed.db'}",
-            }
-        )
-        # No trained router here: one worker serves one tier, so ``auto`` must land on it.
-        router_dir = scratch / "no-router"
-        router_dir.mkdir()
-        self.env = {
-            "LLMQ_ROUTER_DIR": str(router_dir),
-            "LLMQ_DEFAULT_TIER": tier.value,
-            # One API key sends the whole flood: its per-key caps would refuse it.
-            "LLMQ_KEY_MAX_OPEN_STREAMS": "100000",
-            "LLMQ_KEY_MAX_ACTIVE_JOBS": "100000",
-        }
-        self.worker: Any = None
-        self.gateway: Any = None
-        # A restart runs in its own thread: once stopped for good, nothing starts again.
-        self._guard = threading.Lock()
-        self._closed = False
-        self.target = Target(
-            base_url="",
-            api_key="",
-            interactive_model="auto",
-            batch_model="auto",
-            inline_prompts=None,
-            batch_extra={"priority": "batch"},
-        )
-
-    def start(self) -> None:
-        import migrations
-        from producer.gateway.keys import create_key
-        from schemas.db import make_engine, make_sessions
-
-        migrations.upgrade(self.settings.database_url)
-        self._start_worker()
-        db = make_engine(self.settings.database_url)
-        secret = create_key(make_sessions(db), "mixed-bench", rate_limit_per_min=10_000_000)[1]
-        db.dispose()
-        port = free_port()
-        self.gateway = _start_gateway(self.settings, port, self.env, self.scratch)
-        self.target = Target(
-            base_url=f"http://127.0.0.1:{port}",
-            api_key=secret,
-            interactive_model="auto",
-            batch_model="auto",
-            inline_prompts=None,
-            batch_extra={"priority": "batch"},
-        )
-
-    def _start_worker(self) -> None:
-        from workers.supervise import start_worker_process, wait_until_warm
-
-        with self._guard, (self.scratch / "worker.log").open("ab") as log:
-            if self._closed:
-                raise RuntimeError("the llmq stack was stopped")
-            worker = start_worker_process(
-                self.settings, self.tier, output=log, env=self.env, own_group=True
-            )
-            self.worker = worker
-        wait_until_warm(self.settings, self.tier, worker, timeout=START_TIMEOUT_S)
-
-    def restart(self) -> float:
-        from workers.supervise import kill_group
-
-        started = time.perf_counter()
-        with self._guard:
-            worker, self.worker = self.worker, None
-        if worker is not None:
-            kill_group(worker)
-        self._start_worker()
-        return time.perf_counter() - started
-
-    def cut_batch(self) -> None:
-        # The gateway does not cancel a job whose stream was closed (a reader may come
-        # back): the bulk job's owner cancels what is left, as vLLM's clients left.
-        from sqlalchemy import select
-
-        from producer.client import Client
-        from schemas.jobs import JobStatus
-        from schemas.queues import Priority
-        from schemas.tables import Job
-
-        open_statuses = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
-        with Client(self.settings, warm=False) as client:
-            with client.sessions() as session:
-                ids = session.scalars(
-                    select(Job.id).where(
-                        Job.priority == Priority.BATCH.value, Job.status.in_(open_statuses)
-                    )
-                ).all()
-            for job_id in ids:
-                with contextlib.suppress(Exception):
-                    client.cancel(job_id)
-
-    def stop(self) -> None:
-        from workers.supervise import stop_process
-
-        with self._guard:
-            self._closed = True
-            worker, self.worker = self.worker, None
-        if self.gateway is not None:
-            stop_process(self.gateway, grace_s=10)
-        if worker is not None:
-            stop_process(worker)
-        self.redis.stop()
-
-
-def _start_gateway(settings: Settings, port: int, env: dict[str, str], scratch: Path) -> Any:
-    import subprocess
-
-    import httpx
-
-    variables = {
-        **os.environ,
-        "LLMQ_BROKER_URL": settings.broker_url,
-        "LLMQ_DATABASE_URL": settings.database_url,
-        **env,
-    }
-    command = [sys.executable, "-m", "producer.cli", "gateway", "--port", str(port)]
-    with (scratch / "gateway.log").open("ab") as log:
-        process = subprocess.Popen(command, env=variables, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while True:
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return process
-        if time.monotonic() > deadline or process.poll() is not None:
-            process.kill()
-            raise RuntimeError("the gateway did not start")
-        time.sleep(0.2)
-
-
-def _prompt_texts(registry: PromptRegistry) -> dict[str, str]:
-    from bench.trace import SUMMARY_PROMPT, SUPPORT_PROMPT
-
-    return {ref: registry.resolve(ref).text for ref in (SUPPORT_PROMPT, SUMMARY_PROMPT)}
-
-
 @contextlib.contextmanager
 def _running(side: Side, *, label: str) -> Iterator[Side]:
     try:
@@ -693,6 +292,8 @@ class SideRun:
     restart_s: float | None = None
     restart_at_s: float | None = None
     restart_error: str | None = None
+    cpu_s: float = 0.0
+    """CPU-seconds of the side's serving processes during the replay."""
 
 
 def replay_side(
@@ -718,7 +319,10 @@ def replay_side(
             run.restart_error = f"{type(exc).__name__}: {exc}"[:300]
 
     replay = Replay(sdk, side.target, events)
+    cpu_before = side.cpu_seconds()
     replay.run(plan.duration_s, at=restart if with_restart else None, on_cut=side.cut_batch)
+    # Read before the side stops (a restart's killed engine is not counted).
+    run.cpu_s = max(0.0, side.cpu_seconds() - cpu_before)
     run.outcomes = replay.outcomes
     return run
 
@@ -762,6 +366,25 @@ def score_quality(
     return quality_percent(scores), len(scores), None
 
 
+def make_side(name: str, settings: Settings, tier: Tier, scratch: Path, *, flood_cap: int) -> Side:
+    """The side called ``name``: ``llmq`` or ``vllm_<mode>``."""
+    if name == "llmq":
+        return LlmqSide(settings, scratch, tier)
+    mode = name.removeprefix("vllm_")
+    if name == mode or mode not in VLLM_MODES:
+        known = ", ".join(["llmq", *(f"vllm_{m}" for m in VLLM_MODES)])
+        raise ValueError(f"unknown side {name!r}; use one of {known}")
+    return VllmSide(settings, tier, scratch, mode=mode, flood_cap=flood_cap)
+
+
+def side_order(sides: Sequence[str], blocks: int) -> list[str]:
+    """The order the sides run in: forward, then backward, and so on (ABBA for two)."""
+    order: list[str] = []
+    for block in range(blocks):
+        order += list(sides) if block % 2 == 0 else list(reversed(sides))
+    return order
+
+
 def run_mixed(
     settings: Settings,
     *,
@@ -770,101 +393,180 @@ def run_mixed(
     with_restart: bool,
     interactive_rate: float,
     batch_rate: float,
-    vllm_tier: Tier | None = None,
-    llmq_tier: Tier | None = None,
+    sides: Sequence[str] = SIDES,
+    blocks: int = 1,
+    flood_cap: int = DEFAULT_FLOOD_CAP,
+    flood_rates: Sequence[float] = (),
+    tier: Tier | None = None,
 ) -> dict[str, Any]:
-    """Replay one seeded trace against vLLM's server, then against llmq; the figures.
+    """Replay one seeded trace against each side in turn; the figures.
 
-    vLLM's server runs ``vllm_tier``'s engine (default: the largest tier, ``large``);
-    llmq's one worker serves ``llmq_tier`` (default: the default tier), where ``auto``
-    lands. Give both the same tier to compare the same model.
+    Every side serves ``tier``'s model (default: the default tier, where ``auto`` lands
+    on llmq's one worker). With ``blocks`` over 1, the sides run again in reverse
+    order (ABBA), and each side's figures pool its blocks. ``flood_rates`` adds a sweep:
+    the same trace at each batch rate, every side once, their attainment and goodput.
     """
+    tier = tier or settings.default_tier
+    if blocks < 1:
+        raise ValueError("blocks must be at least 1")
+    run_at = partial(
+        _run_rate,
+        settings,
+        minutes=minutes,
+        seed=seed,
+        interactive_rate=interactive_rate,
+        sides=sides,
+        flood_cap=flood_cap,
+        tier=tier,
+    )
+    result = run_at(with_restart=with_restart, batch_rate=batch_rate, blocks=blocks)
+    sweep = []
+    for rate in flood_rates:
+        at_rate = run_at(with_restart=False, batch_rate=rate, blocks=1)
+        point: dict[str, Any] = {"flood_rate": rate}
+        for name in sides:
+            for key in ("slo_attainment", "batch_goodput_tok_s", "interactive_n", "failed"):
+                point[f"{name}_{key}"] = at_rate[f"{name}_{key}"]
+        sweep.append(point)
+    if sweep:
+        result["flood_rate_sweep"] = sweep
+    return result
+
+
+def _run_rate(
+    settings: Settings,
+    *,
+    minutes: float,
+    seed: int,
+    with_restart: bool,
+    interactive_rate: float,
+    batch_rate: float,
+    sides: Sequence[str],
+    blocks: int,
+    flood_cap: int,
+    tier: Tier,
+) -> dict[str, Any]:
     plan = TracePlan(
         minutes=minutes, seed=seed, interactive_rate=interactive_rate, batch_rate=batch_rate
     )
     events = build_trace(plan)
-    runs: dict[str, SideRun] = {}
-    sides: dict[str, Side] = {}
+    runs: dict[str, list[SideRun]] = {name: [] for name in sides}
+    made: dict[str, Side] = {}
     with tempfile.TemporaryDirectory(prefix="llmq-mixed-") as folder:
-        scratch = Path(folder)
-        for name in ("vllm", "llmq"):
-            (scratch / name).mkdir()
-            side: Side = (
-                VllmSide(settings, vllm_tier or Tier.LARGE, scratch / name)
-                if name == "vllm"
-                else LlmqSide(settings, scratch / name, llmq_tier or settings.default_tier)
-            )
-            with _running(side, label=f"{name} side ({side.tier} tier)"):
-                replaying = (
-                    f"{name} side: replaying {len(events)} requests over {plan.minutes:g} min"
-                )
+        for turn, name in enumerate(side_order(sides, blocks)):
+            scratch = Path(folder) / f"{turn}-{name}"
+            scratch.mkdir()
+            side = make_side(name, settings, tier, scratch, flood_cap=flood_cap)
+            with _running(side, label=f"{name} ({side.tier} tier)"):
+                replaying = f"{name}: replaying {len(events)} requests over {plan.minutes:g} min"
                 with step(replaying):
-                    runs[name] = replay_side(side, events, plan, with_restart=with_restart)
-            sides[name] = side
-    return report(settings, plan, events, runs, sides, with_restart=with_restart)
+                    runs[name].append(replay_side(side, events, plan, with_restart=with_restart))
+            made[name] = side
+    return report(settings, plan, events, runs, made, with_restart=with_restart)
 
 
 def report(
     settings: Settings,
     plan: TracePlan,
     events: Sequence[Event],
-    runs: dict[str, SideRun],
+    runs: dict[str, list[SideRun]],
     sides: dict[str, Side],
     *,
     with_restart: bool,
 ) -> dict[str, Any]:
-    """The figures of both sides' runs (quality scored here, after both engines stopped)."""
+    """Every side's figures, pooled over its blocks, and llmq's ratios to each vLLM
+    baseline (quality scored here, after every engine stopped)."""
     flood_s = plan.duration_s - plan.flood_start_s
-    figures: dict[str, SideFigures] = {}
-    quality: dict[str, float | None] = {}
-    scored: dict[str, int] = {}
-    why: str | None = None
-    for name, run in runs.items():
-        weight = settings.tier(sides[name].tier).cost_weight
-        figures[name] = side_figures(run.outcomes, flood_s=flood_s, cost_weight=weight)
-        quality[name], scored[name], reason = score_quality(events, run.outcomes)
-        why = why or reason
     result: dict[str, Any] = {"bench": "mixed"}
-    result |= combine(
-        figures["vllm"],
-        figures["llmq"],
-        vllm_quality=quality["vllm"],
-        llmq_quality=quality["llmq"],
-    )
-    result["quality_measure"] = "percent of the trace's scoring cases answered right"
-    result["quality_cases_scored"] = scored["vllm"]
-    if why is not None:
-        result["quality_null_reason"] = why
-    result["cost_measure"] = COST_MEASURE
-    result |= describe(list(events), plan)
-    result["with_restart"] = with_restart
-    for name, run in runs.items():
-        result[f"{name}_restart_at_s"] = run.restart_at_s
-        result[f"{name}_restart_took_s"] = run.restart_s
-        if run.restart_error is not None:
-            result[f"{name}_restart_error"] = run.restart_error
-        # Failures by kind (exception and HTTP status), with the requests' kind.
-        errors = Counter(f"{o.kind}: {o.error.split(':')[0]}" for o in run.outcomes if o.error)
-        result[f"{name}_errors"] = dict(sorted(errors.items()))
-        # Every interactive TTFT in trace order, for the report's distribution plots.
-        result[f"{name}_interactive_ttft_samples_ms"] = [
-            rounded(o.ttft_ms)
-            for o in run.outcomes
-            if o.kind == "interactive" and o.ok and o.ttft_ms is not None
+    figures: dict[str, SideFigures] = {}
+    windows: dict[str, list[float]] = {}
+    for name, side_runs in runs.items():
+        config = settings.tier(sides[name].tier)
+        outcomes = [o for run in side_runs for o in run.outcomes]
+        figures[name] = side_figures(
+            outcomes,
+            flood_s=flood_s * len(side_runs),
+            cost_weight=config.cost_weight,
+            slo=Slo(config.interactive_ttft_slo_ms, config.interactive_itl_slo_ms),
+        )
+        result |= side_keys(name, figures[name])
+        windows[name] = [
+            tokens
+            for run in side_runs
+            for tokens in window_tokens(
+                run.outcomes, flood_start=plan.flood_start_s, flood_s=flood_s
+            )
         ]
-    result["vllm_tier_config"] = sides["vllm"].tier.value
-    result["vllm_model"] = settings.tier(sides["vllm"].tier).model
-    result["llmq_tiers_served"] = sides["llmq"].tiers_served
-    result["llmq_models_served"] = sorted(
-        {settings.tier(Tier(t)).model for t in sides["llmq"].tiers_served}
+        result |= _side_details(name, side_runs, events)
+    result |= _ratios(figures, windows)
+    tier = next(iter(sides.values())).tier
+    config = settings.tier(tier)
+    result["slo_ttft_ms"] = config.interactive_ttft_slo_ms
+    result["slo_tpot_ms"] = config.interactive_itl_slo_ms
+    result["slo_measure"] = (
+        "share of the trace's interactive requests with first token and mean time "
+        "between tokens (client side) within the served tier's SLOs; failed and "
+        "unfinished requests are misses"
     )
+    result["goodput_measure"] = "tokens/s of batch requests completed inside the trace"
+    result["cost_measure"] = COST_MEASURE
+    result["quality_measure"] = (
+        "percent of the trace's scoring cases answered right; one model on every side, "
+        "so not a headline"
+    )
+    result |= describe(list(events), plan)
+    result["blocks"] = max(len(r) for r in runs.values())
+    result["side_order"] = list(runs)
+    result["with_restart"] = with_restart
+    result["tier"] = tier.value
+    result["model"] = config.model
     result["llmq_auto_routing"] = (
         "auto -> the served tier: the bench stack runs one worker (one engine at a time "
         "on this host), and its gateway no trained router, with that tier as the default"
     )
-    result["models"] = sorted({settings.tier(t).model for t in Tier})
     result["host"] = host_description()
     return result
+
+
+def _side_details(name: str, side_runs: list[SideRun], events: Sequence[Event]) -> dict[str, Any]:
+    outcomes = [o for run in side_runs for o in run.outcomes]
+    details: dict[str, Any] = {}
+    tokens = sum(o.tokens for o in outcomes if o.ok)
+    cpu_s = sum(run.cpu_s for run in side_runs)
+    details[f"{name}_cpu_s"] = round(cpu_s, 1)
+    details[f"{name}_cpu_ms_per_token"] = round(1000.0 * cpu_s / tokens, 2) if tokens else None
+    scores = [score_quality(events, run.outcomes) for run in side_runs]
+    details[f"{name}_quality"] = scores[0][0]
+    details[f"{name}_quality_cases_scored"] = sum(scored for _, scored, _ in scores)
+    details[f"{name}_restart_took_s"] = [run.restart_s for run in side_runs]
+    restart_errors = [run.restart_error for run in side_runs if run.restart_error]
+    if restart_errors:
+        details[f"{name}_restart_errors"] = restart_errors
+    # Failures by kind (exception and HTTP status), with the requests' kind.
+    errors = Counter(f"{o.kind}: {o.error.split(':')[0]}" for o in outcomes if o.error)
+    details[f"{name}_errors"] = dict(sorted(errors.items()))
+    # Every interactive TTFT in trace order, for the report's distribution plots.
+    details[f"{name}_interactive_ttft_samples_ms"] = [
+        rounded(o.ttft_ms)
+        for o in outcomes
+        if o.kind == "interactive" and o.ok and o.ttft_ms is not None
+    ]
+    return details
+
+
+def _ratios(figures: dict[str, SideFigures], windows: dict[str, list[float]]) -> dict[str, Any]:
+    """llmq's batch goodput over each vLLM baseline's, with a 95% bootstrap interval."""
+    ratios: dict[str, Any] = {}
+    ours = figures.get("llmq")
+    if ours is None:
+        return ratios
+    for name, theirs in figures.items():
+        if name == "llmq":
+            continue
+        ratio = ours.batch_tok_s / theirs.batch_tok_s if theirs.batch_tok_s else None
+        ratios[f"goodput_ratio_vs_{name}"] = None if ratio is None else round(ratio, 3)
+        ratios[f"goodput_ratio_vs_{name}_ci95"] = ratio_interval(windows["llmq"], windows[name])
+    return ratios
 
 
 def host_description() -> str:

@@ -40,6 +40,10 @@ class RedisServer:
         )
         self._wait_until_up()
 
+    def pids(self) -> list[int]:
+        """The server's process id, while it runs."""
+        return [self._process.pid] if self._process is not None else []
+
     def stop(self) -> None:
         """Kill the server at once, as a crash would."""
         if self._process is not None:

@@ -95,22 +95,26 @@ class WorkerDirectory:
             with self._lock:
                 self._refresher = None
 
-    def require_warm(self, tier: Tier) -> None:
-        """Raise ``NoWarmWorker`` unless ``tier`` is served: by a warm worker, or soon.
+    def serves(self, tier: Tier) -> bool:
+        """Whether work queued for ``tier`` will be read: by a warm worker, or soon.
 
         A worker that is starting (registered, warming up) serves soon, and so does a
         tier that had a warm worker less than ``restart_grace_s`` ago (its worker is
-        restarting after a crash or a deploy): work waits in the queue for them instead
-        of being refused. Only a tier with no worker for longer is refused.
+        restarting after a crash or a deploy). Raises ``BrokerUnavailable``.
         """
         now = time.monotonic()
         serving = [w for w in self.snapshot() if w.tier == tier]
         if any(w.warm for w in serving):
             self._warm_seen[tier] = now
-            return
+            return True
         if serving:
-            return
+            return True
         seen = self._warm_seen.get(tier)
-        if seen is not None and now - seen < self._restart_grace_s:
-            return
-        raise NoWarmWorker(f"no worker serves the {tier} tier right now")
+        return seen is not None and now - seen < self._restart_grace_s
+
+    def require_warm(self, tier: Tier) -> None:
+        """Raise ``NoWarmWorker`` unless ``tier`` is served (:meth:`serves`): work for a
+        starting or restarting tier waits in the queue instead of being refused. Only a
+        tier with no worker for longer than the grace is refused."""
+        if not self.serves(tier):
+            raise NoWarmWorker(f"no worker serves the {tier} tier right now")

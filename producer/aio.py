@@ -82,7 +82,14 @@ class AsyncClient:
         if early is not None and handle.job_id != job_id:  # a replay: another job's stream
             await self.give_back(early, job_id)
             early = None
-        return AsyncJobHandle(self, handle.job_id, handle.tier, handle.priority, early=early)
+        return AsyncJobHandle(
+            self,
+            handle.job_id,
+            handle.tier,
+            handle.priority,
+            early=early,
+            routed_tier=handle.routed_tier,
+        )
 
     async def give_back(self, early: PubSub, job_id: str) -> None:
         """Return a subscription to ``job_id``'s stream that will not be read."""
@@ -170,11 +177,14 @@ class AsyncJobHandle:
         priority: Priority,
         *,
         early: PubSub | None = None,
+        routed_tier: Tier | None = None,
     ) -> None:
         self.client = client
         self.job_id = job_id
         self.tier = tier
         self.priority = priority
+        self.routed_tier = routed_tier
+        """See :attr:`producer.client.JobHandle.routed_tier`."""
         self._terminal: TerminalEvent | None = None
         self.early = early
         """The subscription ``submit(subscribe=True)`` made, until a read takes it."""

@@ -211,7 +211,14 @@ class Client:
             job = self._enqueue_then_record(submission, message, before)
         else:
             job = self._record_then_enqueue(submission, job_id, before)
-        return JobHandle(self, job.id, Tier(job.tier), Priority(job.priority))
+        routed = (job.routing or {}).get("routed_tier")
+        return JobHandle(
+            self,
+            job.id,
+            Tier(job.tier),
+            Priority(job.priority),
+            routed_tier=Tier(routed) if routed else None,
+        )
 
     def _message_first(self, submission: Submission, job_id: str | None) -> JobMessage | None:
         """The job's message, when it may be sent before its row is written: a new job
@@ -431,11 +438,23 @@ class JobHandle:
     """One submitted job: stream its text or wait for its result (from one thread at a
     time)."""
 
-    def __init__(self, client: Client, job_id: str, tier: Tier, priority: Priority) -> None:
+    def __init__(
+        self,
+        client: Client,
+        job_id: str,
+        tier: Tier,
+        priority: Priority,
+        *,
+        routed_tier: Tier | None = None,
+    ) -> None:
         self.client = client
         self.job_id = job_id
         self.tier = tier
+        """The tier that serves the job."""
         self.priority = priority
+        self.routed_tier = routed_tier
+        """For ``auto``: the tier the classifier chose (``tier`` differs where no
+        worker served it); None for an explicit tier."""
         self._terminal: TerminalEvent | None = None
         self.early: SyncPubSub | None = None
         """The subscription ``submit(subscribe=True)`` made, until a read takes it."""

@@ -94,7 +94,12 @@ def _batch_share(worker: WorkerEntry) -> str:
         return "-"
     if worker.batch_under_interactive == 0:
         return "paused"
-    return f"{worker.batch_under_interactive} slots"
+    share = f"{worker.batch_under_interactive} slots"
+    if worker.interactive_ttft_slo_ms is not None:
+        share += (
+            f" (SLO {worker.interactive_ttft_slo_ms:g} ms, {worker.batch_share_cuts or 0} cuts)"
+        )
+    return share
 
 
 def _hits(worker: WorkerEntry) -> str:

@@ -63,6 +63,11 @@ class WorkerEntry(BaseModel):
     batch_under_interactive: int | None = None
     """Batch slots the worker leaves to batch work while interactive work is about
     (0: batch pauses then)."""
+    interactive_ttft_slo_ms: float | None = None
+    """Where the SLO steers that share: the interactive first-token SLO it keeps."""
+    batch_share_cuts: int | None = None
+    """Where the SLO steers that share: how often an interactive request near the SLO
+    cut it."""
 
     @field_serializer("warm")
     def _warm_as_int(self, warm: bool) -> int:

@@ -146,3 +146,6 @@ class RoutingDecision(BaseModel):
     reason: str
     confidence: float | None = None
     load_adjusted: bool = False
+    routed_tier: Tier | None = None
+    """For ``auto``: the tier the classifier chose. It differs from ``tier`` where no
+    worker served it and the job went to the nearest served tier instead."""

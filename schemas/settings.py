@@ -61,23 +61,36 @@ class TierConfig(BaseModel):
     batch_slots_under_interactive: int | None = Field(
         default=None,
         ge=0,
-        description="slots batch work may hold while interactive work runs (or ran in the "
-        "last interactive_hold_s): fewer sequences make each engine step, and so each "
-        "interactive token, faster; None: 0 (batch pauses) where the warm engine's decode "
-        "step is over half its first token (a CPU), else a sixth of batch's share (at "
-        "least batch_min_slots)",
+        description="a fixed number of slots batch work may hold while interactive work "
+        "runs (or ran in the last interactive_hold_s); None: the share is steered against "
+        "the interactive SLOs (workers.scheduler.slo_share), growing while interactive "
+        "requests stay well inside them and cut when one nears them",
+    )
+    interactive_ttft_slo_ms: float = Field(
+        default=1000.0,
+        gt=0,
+        description="interactive first-token SLO (queue and engine): batch's share while "
+        "people wait is sized to keep first tokens inside it; about 1 s suits a small CPU "
+        "host, a few hundred ms a GPU",
+    )
+    interactive_itl_slo_ms: float = Field(
+        default=250.0,
+        gt=0,
+        description="interactive inter-token SLO (a request's mean time between tokens); "
+        "batch's share is cut when a request nears it",
     )
     batch_max_pause_s: float = Field(
         default=30.0,
         ge=0.0,
-        description="while batch pauses for interactive work, one batch job runs to its "
-        "end after this many seconds without one ending, so batch work progresses under "
-        "a steady interactive stream; 0: batch waits for a gap of interactive_hold_s",
+        description="where batch_slots_under_interactive is 0 (batch pauses for interactive "
+        "work), one batch job runs to its end after this many seconds without one ending, "
+        "so batch work progresses under a steady interactive stream; 0: batch waits for a "
+        "gap of interactive_hold_s",
     )
     batch_gives_way: bool = Field(
         default=True,
-        description="when an interactive job arrives, batch jobs beyond "
-        "batch_slots_under_interactive stop and go back to their queue (their answers "
+        description="when an interactive job arrives, or the SLO-steered share is cut, "
+        "batch jobs beyond batch's share stop and go back to their queue (their answers "
         "are not streamed, so they start afresh unseen); off, they run to their end",
     )
     interactive_hold_s: float = Field(
@@ -91,6 +104,12 @@ class TierConfig(BaseModel):
     )
     allow_step_down: bool = Field(
         default=False, description="auto routing may send this tier's work one tier down"
+    )
+    scales_from_zero: bool = Field(
+        default=False,
+        description="an autoscaler (KEDA) starts this tier's workers when its queue has "
+        "work: auto routes to it with no worker running; otherwise auto sends its work "
+        "to the nearest tier that is served",
     )
     tokenizer: Path | None = Field(
         default=None,

@@ -1,7 +1,8 @@
 """Reserved capacity: the gate that keeps each priority within its share of slots.
 
 The shares themselves (``workers.shares``): batch work never takes the slots kept for
-interactive work, and holds fewer, or none, while interactive work is about.
+interactive work, and while interactive work is about holds what the interactive SLO
+leaves it (``workers.scheduler.slo_share``), or a fixed share the tier sets.
 
 The gate acts where messages leave Redis: when a share is used up, the worker stops
 reading that queue (kombu cancels its consumer) and reads it again once a slot of
@@ -25,7 +26,8 @@ from schemas.queues import (
     queue_name,
     tier_queues,
 )
-from workers.shares import SlotShares, batch_pauses_now
+from workers.scheduler.slo_share import SloShare
+from workers.shares import SlotShares
 
 log = logging.getLogger(__name__)
 
@@ -141,9 +143,8 @@ class SlotGate:
     """Counts running jobs by priority and pauses or resumes their queues to match.
 
     ``on_interactive`` hears each interactive message with how many batch jobs may keep
-    running, and returns the ids of those it halted. ``pauses`` says whether batch
-    pauses while interactive work is about, where the shares leave it to the engine's
-    speed (``workers.shares.pause_rule``).
+    running, and returns the ids of those it halted. ``steered``, where the shares fix
+    no batch share under interactive work, sizes that share against the SLO.
     """
 
     def __init__(
@@ -156,10 +157,10 @@ class SlotGate:
         batch_max_pause_s: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
         on_interactive: Callable[[int], Collection[str]] | None = None,
-        pauses: Callable[[], bool] | None = None,
+        steered: SloShare | None = None,
     ) -> None:
         self.tier = tier
-        self._pauses = pauses
+        self._steered = steered if shares.batch_under_interactive is None else None
         self._on_interactive = on_interactive
         self.shares = shares
         self._batch_waiting = batch_waiting
@@ -258,13 +259,17 @@ class SlotGate:
         self._paused = wanted
 
     def batch_cap(self, running: dict[Priority, int]) -> int:
-        """How many batch jobs may run now: one on a turn while batch pauses."""
+        """How many batch jobs may run now: what the SLO leaves while interactive work
+        is about (where it steers the share); one on a turn while batch pauses."""
         if self._batch_paused(running):
             return 1 if self._turns.due() else 0
-        return self.shares.batch_cap(self.interactive_about(running))
+        about = self.interactive_about(running)
+        if about and self._steered is not None:
+            return min(self._steered.share(), self.shares.batch_max)
+        return self.shares.batch_cap(about)
 
     def _batch_paused(self, running: dict[Priority, int]) -> bool:
-        return batch_pauses_now(self.shares, self._pauses) and self.interactive_about(running)
+        return self.shares.batch_pauses and self.interactive_about(running)
 
     def interactive_about(self, running: dict[Priority, int]) -> bool:
         """Interactive work runs, or ended less than ``interactive_hold_s`` ago.

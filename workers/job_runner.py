@@ -183,6 +183,12 @@ def _finish(
     record_service_ms(runtime, timings.total_ms - timings.queue_wait_ms)
     if claimed.priority == Priority.INTERACTIVE and timings.engine_ttft_ms is not None:
         runtime.recent_first_tokens.record(timings.engine_ttft_ms / 1000.0)
+    if claimed.priority == Priority.INTERACTIVE and timings.ttft_ms is not None:
+        tokens = usage.completion_tokens
+        if tokens > 1:
+            runtime.interactive_inter_token(
+                (timings.total_ms - timings.ttft_ms) / (tokens - 1) / 1000.0
+            )
     if runtime.metrics is not None:
         runtime.metrics.observe_done(
             claimed.priority,
@@ -271,6 +277,8 @@ def generate(
                     since_claim_s = now - claimed.claimed_monotonic
                     generation.ttft_ms = claim_offset_ms + since_claim_s * 1000.0
                     generation.engine_ttft_ms = (now - started.started_at) * 1000.0
+                    if claimed.priority == Priority.INTERACTIVE:
+                        runtime.interactive_first_token(generation.ttft_ms / 1000.0)
                 generation.text_parts.append(delta.text)
                 publisher.token(delta.text)
             if delta.cached_tokens is not None:

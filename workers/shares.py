@@ -5,11 +5,8 @@ them, so K are always free for an interactive job, which then starts at once eve
 during a batch flood. Interactive work may hold every slot, except that while batch
 jobs wait it leaves ``batch_min`` slots to them: batch work always progresses.
 
-While interactive work is about, batch holds fewer slots still, or none: every
-interactive request that arrives while a batch sequence's engine step runs waits out
-the rest of that step. Where a step is short against the tier's first tokens (a GPU,
-or long prompts) a small share costs people little; where it is most of one (short
-requests on a CPU), batch pauses (:func:`pause_rule`).
+While interactive work is about, batch holds the share the interactive SLO leaves it
+(``workers.scheduler.slo_share``), or a fixed share where the tier sets one.
 """
 
 from __future__ import annotations
@@ -17,31 +14,14 @@ from __future__ import annotations
 import statistics
 import threading
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from schemas.queues import Priority
 from schemas.settings import TierConfig
+from workers.scheduler.slo_share import SloShare
 
-# While interactive work is about, batch keeps 1/this of its share by default.
-UNDER_INTERACTIVE_DIVISOR = 6
-
-PAUSE_ABOVE_STEP_SHARE = 0.5
-"""Batch pauses while people wait where an engine step exceeds this share of the tier's
-typical interactive first token. A request that arrives during a batch step waits out
-the rest of it, up to a whole step: beyond this share, that wait alone can take a
-request past 1.5 times its idle first token, the interactive goal. Measured: a decode
-step of 35-47 ms against first tokens of 43-54 ms for short requests on 2-core CPU
-hosts (0.8-0.9), while chat turns behind a 2k-token system prompt took about 100 ms
-there (0.4; the rows' median first token on a mixed day, 103 ms); on a GPU, a step
-of about 10 ms against 40 (0.25)."""
 RECENT_FIRST_TOKENS = 64
 MIN_RECENT_FIRST_TOKENS = 5
-
-
-def batch_should_pause(step_s: float, first_token_s: float) -> bool:
-    """True where waiting out one step would cost a first token over the goal's share."""
-    return step_s > PAUSE_ABOVE_STEP_SHARE * first_token_s
 
 
 @dataclass(frozen=True)
@@ -77,20 +57,6 @@ class RecentFirstTokens:
         return self._median
 
 
-def pause_rule(timing: EngineTiming, recent: RecentFirstTokens) -> Callable[[], bool]:
-    """Whether batch pauses while people wait, asked afresh each time: the warm engine's
-    decode step against the recent interactive first tokens' median (the warm-up's own
-    first token until there are enough)."""
-
-    def pauses() -> bool:
-        typical = recent.median()
-        return batch_should_pause(
-            timing.step_s, timing.first_token_s if typical is None else typical
-        )
-
-    return pauses
-
-
 @dataclass(frozen=True)
 class SlotShares:
     """How a worker's slots are shared between priorities."""
@@ -99,8 +65,9 @@ class SlotShares:
     reserved_interactive: int
     batch_min: int
     batch_under_interactive: int | None = None
-    """Batch's share while interactive work is about (None: the whole ``batch_max``;
-    0: batch pauses, and progresses only by its turns: ``capacity.SlotGate``)."""
+    """A fixed share for batch while interactive work is about (None: the whole
+    ``batch_max``, or what the SLO leaves where the gate steers it; 0: batch pauses,
+    and progresses only by its turns: ``capacity.SlotGate``)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.reserved_interactive < self.slots:
@@ -162,9 +129,8 @@ def slot_shares(config: TierConfig, slots: int) -> SlotShares:
     """The tier's shares for a worker of ``slots`` slots (``--concurrency`` may differ).
 
     By default a quarter of the slots (at least one) is kept for interactive work, and
-    while interactive work is about, batch holds a sixth of its share (at least its
-    minimum): 2 of 12 batch slots on a 16-slot worker, unless the worker's pause rule
-    (:func:`pause_rule`) pauses it.
+    batch's share while interactive work is about is left to the SLO
+    (``batch_under_interactive`` None); ``batch_slots_under_interactive`` fixes it.
     """
     reserved = config.reserved_interactive_slots
     if reserved is None:
@@ -173,31 +139,23 @@ def slot_shares(config: TierConfig, slots: int) -> SlotShares:
     batch_max = slots - reserved
     batch_min = min(config.batch_min_slots, batch_max)
     under = config.batch_slots_under_interactive
-    if under is None:
-        # Measured on 2-core CPU hosts: with half of the share (6 of 12) beside it, an
-        # interactive first token took 3-3.6x its idle time; with 2, 1.4-1.8x.
-        under = batch_max // UNDER_INTERACTIVE_DIVISOR
     return SlotShares(
         slots=slots,
         reserved_interactive=reserved,
         batch_min=batch_min,
-        batch_under_interactive=min(max(under, batch_min), batch_max),
+        batch_under_interactive=None if under is None else min(max(under, batch_min), batch_max),
     )
 
 
-def batch_pauses_now(shares: SlotShares, pauses: Callable[[], bool] | None) -> bool:
-    """Batch holds no slot while people wait: the tier left it none, or the worker's
-    pause rule (:func:`pause_rule`) says so now."""
-    return shares.batch_pauses or (pauses is not None and pauses())
-
-
 def share_snapshot(
-    shares: SlotShares, pauses: Callable[[], bool] | None, recent: RecentFirstTokens
+    shares: SlotShares, recent: RecentFirstTokens, steered: SloShare | None
 ) -> dict[str, float | int | None]:
     """What the worker's registry entry says of batch's share, at each heartbeat."""
     median = recent.median()
-    paused = batch_pauses_now(shares, pauses)
-    return {
+    snapshot: dict[str, float | int | None] = {
         "interactive_first_token_ms_p50": None if median is None else round(median * 1000, 2),
-        "batch_under_interactive": 0 if paused else shares.batch_cap(interactive_about=True),
+        "batch_under_interactive": shares.batch_cap(interactive_about=True),
     }
+    if steered is not None:
+        snapshot |= steered.snapshot()
+    return snapshot

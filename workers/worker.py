@@ -9,6 +9,7 @@ import secrets
 import signal
 import socket
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -19,7 +20,7 @@ from schemas.broker import redis_client
 from schemas.db import make_engine, make_sessions
 from schemas.prompt_registry import PromptCatalog
 from schemas.queues import GENERATE_TASK, Priority, Tier, job_message, queue_name, tier_queues
-from schemas.settings import Settings
+from schemas.settings import Settings, TierConfig
 from workers.app import LlmqCelery, make_app, start_on_receipt_of
 from workers.append_combiner import AppendCombiner
 from workers.background import BackgroundLoop
@@ -32,7 +33,8 @@ from workers.models import resolve_model
 from workers.reaper import Reaper, ReaperThread
 from workers.registry import WorkerRegistration
 from workers.running_jobs import CancelListener
-from workers.shares import EngineTiming, SlotShares, pause_rule, share_snapshot, slot_shares
+from workers.scheduler.slo_share import SloShare
+from workers.shares import EngineTiming, SlotShares, share_snapshot, slot_shares
 from workers.transport import job_ids_in_broker, restore_held
 from workers.variants import check_engine_config, detect_device, served_config
 from workers.warmup import KeepWarm, time_engine, warm_job_path, warm_up
@@ -115,6 +117,7 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
         # Leave the registry before the engine goes (withdraw is idempotent).
         resources.callback(registration.withdraw)
         app = make_app(settings, worker_id=worker_id)
+        shares = slot_shares(tier_config, concurrency)
         runtime = WorkerRuntime(
             settings=settings,
             tier=options.tier,
@@ -129,24 +132,18 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
             metrics=WorkerMetrics(
                 tier=options.tier.value, slots=concurrency, in_flight=engine.in_flight
             ),
+            batch_share=steered_share(tier_config, shares),
         )
         if options.metrics_port is not None and runtime.metrics is not None:
             runtime.metrics.serve(options.metrics_port)
             log.info("metrics on :%d/metrics", options.metrics_port)
         registration.track(engine.in_flight, runtime.prefix_stats.snapshot)
         keep_warm, timing = _warm_engine(runtime, registration, options, concurrency)
-        shares = slot_shares(tier_config, concurrency)
-        # Left to the engine's speed only where the tier sets no share of its own.
-        pauses = (
-            pause_rule(timing, runtime.recent_first_tokens)
-            if tier_config.batch_slots_under_interactive is None
-            else None
-        )
         registration.track(
             engine.in_flight,
             lambda: (
                 runtime.prefix_stats.snapshot()
-                | share_snapshot(shares, pauses, runtime.recent_first_tokens)
+                | share_snapshot(shares, runtime.recent_first_tokens, runtime.batch_share)
             ),
         )
         warm_job_path(runtime)
@@ -161,7 +158,7 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
             options.on_phase("ready")
         if keep_warm is not None:
             resources.enter_context(keep_warm)
-        return _consume(app, runtime, options, shares, pauses)
+        return _consume(app, runtime, options, shares)
 
 
 def _warm_engine(
@@ -232,7 +229,6 @@ def _consume(
     runtime: WorkerRuntime,
     options: WorkerOptions,
     shares: SlotShares,
-    pauses: Callable[[], bool] | None,
 ) -> int:
     tier_config = runtime.settings.tier(runtime.tier)
     batch_queue = queue_name(runtime.tier, Priority.BATCH)
@@ -247,7 +243,7 @@ def _consume(
             interactive_hold_s=tier_config.interactive_hold_s,
             batch_max_pause_s=tier_config.batch_max_pause_s,
             on_interactive=_batch_gives_way(runtime) if tier_config.batch_gives_way else None,
-            pauses=pauses,
+            steered=runtime.batch_share,
         ),
     )
     queues = tier_queues(runtime.tier)
@@ -258,7 +254,7 @@ def _consume(
         ", ".join(queues),
         shares.batch_max,
         shares.slots,
-        _under_interactive(shares, pauses, tier_config.batch_max_pause_s),
+        _under_interactive(shares, runtime.batch_share, tier_config.batch_max_pause_s),
     )
     worker = app.Worker(
         hostname=runtime.worker_id,
@@ -275,18 +271,30 @@ def _consume(
     return int(worker.exitcode or 0)
 
 
-def _under_interactive(
-    shares: SlotShares, pauses: Callable[[], bool] | None, max_pause_s: float
-) -> str:
+def _under_interactive(shares: SlotShares, steered: SloShare | None, max_pause_s: float) -> str:
+    if steered is not None:
+        return (
+            f"what the {steered.ttft_slo_s * 1000:g} ms first-token and "
+            f"{steered.itl_slo_s * 1000:g} ms inter-token SLOs leave, "
+            f"{steered.low} to {steered.high}"
+        )
     share = str(shares.batch_cap(interactive_about=True))
     turn = f", one job after {max_pause_s:g} s without one" if max_pause_s > 0 else ""
-    if shares.batch_pauses:
-        return f"none{turn}"
-    if pauses is not None:
-        # The rule is asked afresh at each decision: the tier's requests set it.
-        now = "none" if pauses() else share
-        return f"{share}, or none{turn} where a step is over half a first token (now {now})"
-    return share
+    return f"none{turn}" if shares.batch_pauses else share
+
+
+def steered_share(config: TierConfig, shares: SlotShares) -> SloShare | None:
+    """Batch's share under interactive work, steered against the tier's SLOs; None
+    where the tier fixes it (``batch_slots_under_interactive``)."""
+    if shares.batch_under_interactive is not None:
+        return None
+    return SloShare(
+        low=shares.batch_min,
+        high=shares.batch_max,
+        ttft_slo_s=config.interactive_ttft_slo_ms / 1000.0,
+        itl_slo_s=config.interactive_itl_slo_ms / 1000.0,
+        clock=time.monotonic,
+    )
 
 
 def _batch_gives_way(runtime: WorkerRuntime) -> Callable[[int], list[str]]:

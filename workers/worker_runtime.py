@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,10 +22,13 @@ from workers.metrics import WorkerMetrics
 from workers.prefix import PrefixCacheStats
 from workers.received_starts import ReceivedStarts
 from workers.running_jobs import RunningJobs
+from workers.scheduler.slo_share import ShareChange, SloShare
 from workers.shares import RecentFirstTokens
 
 if TYPE_CHECKING:
     from workers.early_start import EarlyStart
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -56,3 +60,30 @@ class WorkerRuntime:
     """The engine's part of the last interactive first tokens (``workers.shares``)."""
     appends: AppendCombiner | None = None
     """Combines the jobs' stream events into one round trip (None: one each)."""
+    batch_share: SloShare | None = None
+    """Batch's share under interactive work, steered against the SLO (None: fixed)."""
+
+    def interactive_first_token(self, seconds: float) -> None:
+        """An interactive request's first token took ``seconds`` as its user waits."""
+        if self.batch_share is not None:
+            self._give_way(self.batch_share.first_token(seconds))
+
+    def interactive_inter_token(self, seconds: float) -> None:
+        """A finished interactive request's mean time between tokens."""
+        if self.batch_share is not None:
+            self._give_way(self.batch_share.inter_token(seconds))
+
+    def _give_way(self, cut: ShareChange | None) -> None:
+        # The SLO is at risk: batch jobs beyond the cut share stop now (back to their
+        # queue), rather than run on for the seconds a batch answer takes.
+        if cut is None or not self.settings.tier(self.tier).batch_gives_way:
+            return
+        halted = self.running.yield_batch(cut.after)
+        log.info(
+            "batch share cut %d -> %d (an interactive request took %.0f ms); %d batch "
+            "job(s) give way",
+            cut.before,
+            cut.after,
+            (cut.observed_s or 0.0) * 1000,
+            len(halted),
+        )

@@ -231,7 +231,14 @@ class Gateway:
         try:
             if resume is not None:
                 row = await self.owned_job(resume[0], identity)
-                handle = AsyncJobHandle(self.client, row.id, Tier(row.tier), Priority(row.priority))
+                routed = (row.routing or {}).get("routed_tier")
+                handle = AsyncJobHandle(
+                    self.client,
+                    row.id,
+                    Tier(row.tier),
+                    Priority(row.priority),
+                    routed_tier=Tier(routed) if routed else None,
+                )
             elif identity is not None:
                 async with self.fairness.submitting(identity.id):
                     handle = await self._submit(body, request, identity)
@@ -251,7 +258,11 @@ class Gateway:
                 started=started,
                 timeout=RESULT_TIMEOUT_S,
             )
-            return SseResponse(events, release=partial(_after_stream, handle, release))
+            return SseResponse(
+                events,
+                release=partial(_after_stream, handle, release),
+                headers=tier_headers(handle),
+            )
         try:
             result = await handle.result(timeout=RESULT_TIMEOUT_S)
         finally:
@@ -266,7 +277,8 @@ class Gateway:
                 usage=result.usage,
                 timings=result.timings,
                 tier=result.tier.value,
-            )
+            ),
+            headers=tier_headers(handle),
         )
 
     async def _submit(
@@ -286,6 +298,15 @@ class Gateway:
             # is recorded instead of after, on the way to the first token.
             subscribe=True,
         )
+
+
+def tier_headers(handle: AsyncJobHandle) -> dict[str, str]:
+    """``x-llmq-tier`` (the tier that serves the job) and, for ``auto``,
+    ``x-llmq-routed-tier`` (the tier the classifier chose)."""
+    headers = {"x-llmq-tier": handle.tier.value}
+    if handle.routed_tier is not None:
+        headers["x-llmq-routed-tier"] = handle.routed_tier.value
+    return headers
 
 
 async def _after_stream(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from fastapi.responses import StreamingResponse
@@ -90,9 +90,13 @@ class SseResponse(StreamingResponse):
     """
 
     def __init__(
-        self, content: AsyncIterable[bytes], *, release: Callable[[], Awaitable[None]]
+        self,
+        content: AsyncIterable[bytes],
+        *,
+        release: Callable[[], Awaitable[None]],
+        headers: Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__(content, media_type="text/event-stream")
+        super().__init__(content, media_type="text/event-stream", headers=headers)
         self._release = release
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -19,6 +19,7 @@ from producer.router.artifact import current_artifact_path, load_artifact
 from producer.router.classifier import DifficultyClassifier
 from producer.router.load import load_adjusted
 from producer.router.policy import PolicyConfig, apply_policy
+from producer.router.served import nearest_served
 from schemas.errors import BrokerUnavailable, ConfigError
 from schemas.queues import ROUTING_COUNTS_KEY, Priority, Tier
 from schemas.requests import GenerationRequest, RoutingDecision
@@ -56,10 +57,37 @@ class Router:
         if requested != "auto":
             return RoutingDecision(tier=requested, requested=requested, reason="explicit tier")
         decision, kind = self._classify(routing_text(request))
+        decision = decision.model_copy(update={"routed_tier": decision.tier})
+        served = self._served_tier(decision.tier)
+        if served is not None and served != decision.tier:
+            decision = decision.model_copy(
+                update={
+                    "tier": served,
+                    "reason": f"{decision.reason}; no worker serves {decision.tier}: "
+                    f"the nearest served tier is {served}",
+                }
+            )
+            kind = "fallback"
         if priority is Priority.INTERACTIVE and self._redis is not None:
             decision = self._consider_load(decision)
         self._count(decision.tier, "load" if decision.load_adjusted else kind)
         return decision
+
+    def _served_tier(self, wanted: Tier) -> Tier | None:
+        """The nearest tier to ``wanted`` whose queue will be read (a worker, one
+        starting or restarting, or an autoscaler); None if none is or Redis is away."""
+        if self._workers is None:
+            return None
+        directory = self._workers
+
+        def served(tier: Tier) -> bool:
+            config = self._settings.tiers.get(tier)
+            return config is not None and (config.scales_from_zero or directory.serves(tier))
+
+        try:
+            return nearest_served(wanted, served)
+        except BrokerUnavailable:
+            return None  # the enqueue right after reports Redis problems clearly
 
     def _classify(self, text: str) -> tuple[RoutingDecision, str]:
         """The decision and how it was made: ``default``, ``classified`` or ``escalated``."""

@@ -21,7 +21,7 @@ from schemas.tables import Job
 from tests.conftest import job_row
 from tests.e2e.conftest import WORKER_METRICS_PORT
 from workers.registry import HEARTBEAT_S
-from workers.shares import PAUSE_ABOVE_STEP_SHARE, RECENT_FIRST_TOKENS, slot_shares
+from workers.shares import slot_shares
 from workers.supervise import start_worker_process, stop_process, wait_until_warm
 
 pytestmark = pytest.mark.e2e
@@ -109,23 +109,9 @@ def test_an_interactive_job_starts_at_once_behind_a_batch_backlog(
     assert most_at_once(e2e_settings, [h.job_id for h in backlog]) <= shares.batch_max
 
 
-def test_short_requests_on_a_cpu_pause_batch_while_people_wait(
+def test_batch_keeps_working_beside_people_under_the_slo_share(
     client: Client, e2e_settings: Settings, worker: str
 ) -> None:
-    short = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
-    for _ in range(RECENT_FIRST_TOKENS // 2 + 1):  # most of the worker's recent requests
-        client.submit(short, tier="small").result(timeout=60)
-    time.sleep(2 * HEARTBEAT_S)  # the registry's next write
-    (entry,) = [
-        w
-        for w in live_workers(redis.Redis.from_url(e2e_settings.broker_url))
-        if w.worker_id == worker
-    ]
-    assert entry.engine_step_ms is not None
-    assert entry.interactive_first_token_ms_p50 is not None
-    # A CPU engine: each decode step is most of a short request's first token.
-    assert entry.engine_step_ms > PAUSE_ABOVE_STEP_SHARE * entry.interactive_first_token_ms_p50
-    assert entry.batch_under_interactive == 0
     request = {"messages": [{"role": "user", "content": "Summarise: parcel late."}]}
     backlog = [
         client.submit({**request, "max_tokens": 24}, tier="small", priority="batch")
@@ -133,15 +119,21 @@ def test_short_requests_on_a_cpu_pause_batch_while_people_wait(
     ]
     try:
         wait_for(lambda: running_batch(e2e_settings) >= 1)
-        urgent = client.submit({**request, "max_tokens": 4}, tier="small")
-        assert urgent.result(timeout=120).text
-        # The running batch jobs gave way (a turn's job, if one was due, ran to its
-        # end), and none starts within the interactive hold (5 s).
-        wait_for(lambda: running_batch(e2e_settings) == 0, timeout_s=3)
-        quiet_until = time.monotonic() + 1
-        while time.monotonic() < quiet_until:
-            assert running_batch(e2e_settings) == 0
-            time.sleep(0.05)
+        for _ in range(3):
+            urgent = client.submit({**request, "max_tokens": 4}, tier="small")
+            assert urgent.result(timeout=120).text
+        # Interactive work ran just now (and its hold lasts 5 s): a batch share that
+        # paused for people would leave no batch job running here.
+        assert running_batch(e2e_settings) >= 1
+        time.sleep(2 * HEARTBEAT_S)  # the registry's next write
+        (entry,) = [
+            w
+            for w in live_workers(redis.Redis.from_url(e2e_settings.broker_url))
+            if w.worker_id == worker
+        ]
+        slo_ms = e2e_settings.tier(Tier.SMALL).interactive_ttft_slo_ms
+        assert entry.interactive_ttft_slo_ms == slo_ms
+        assert entry.batch_under_interactive is not None and entry.batch_under_interactive >= 1
     finally:
         for handle in backlog:
             handle.cancel()

@@ -114,3 +114,51 @@ def test_stepping_down_needs_permission(settings: Settings) -> None:
     decision = Router(allowed, client).route(request, requested="auto")
     assert decision.tier is Tier.MEDIUM
     assert decision.load_adjusted
+
+
+def test_auto_takes_the_nearest_served_tier_when_its_choice_has_no_worker(
+    settings: Settings,
+) -> None:
+    client = redis.Redis.from_url(settings.broker_url)
+    pretend_worker(client, Tier.SMALL, 16)  # the default install: one small worker
+    router = Router(settings, client)
+    for priority in Priority:
+        decision = router.route(
+            GenerationRequest.from_text(HARD), requested="auto", priority=priority
+        )
+        assert decision.tier is Tier.SMALL, priority
+        assert decision.routed_tier is Tier.LARGE
+        assert "no worker serves large: the nearest served tier is small" in decision.reason
+    counts = {k.decode(): int(v) for k, v in client.hgetall(ROUTING_COUNTS_KEY).items()}
+    assert counts == {"small:fallback": 2}
+
+
+def test_a_served_tier_above_wins_over_one_below(settings: Settings) -> None:
+    client = redis.Redis.from_url(settings.broker_url)
+    pretend_worker(client, Tier.LARGE, 4)
+    decision = Router(settings, client).route(GenerationRequest.from_text(EASY), requested="auto")
+    assert (decision.tier, decision.routed_tier) == (Tier.LARGE, Tier.SMALL)
+
+
+def test_a_tier_that_scales_from_zero_is_served_without_a_worker(settings: Settings) -> None:
+    client = redis.Redis.from_url(settings.broker_url)
+    pretend_worker(client, Tier.SMALL, 16)
+    scaled = {**settings.tiers, Tier.LARGE: TierConfig(scales_from_zero=True)}
+    router = Router(settings.model_copy(update={"tiers": scaled}), client)
+    decision = router.route(GenerationRequest.from_text(HARD), requested="auto")
+    assert (decision.tier, decision.routed_tier) == (Tier.LARGE, Tier.LARGE)
+
+
+def test_with_no_worker_at_all_auto_keeps_its_choice(settings: Settings) -> None:
+    client = redis.Redis.from_url(settings.broker_url)
+    decision = Router(settings, client).route(GenerationRequest.from_text(HARD), requested="auto")
+    assert decision.tier is Tier.LARGE
+
+
+def test_the_job_row_and_handle_keep_both_tiers(settings: Settings) -> None:
+    pretend_worker(redis.Redis.from_url(settings.broker_url), Tier.SMALL, 16)
+    with Client(settings) as client:
+        handle = client.submit(HARD, priority="batch")
+    assert (handle.tier, handle.routed_tier) == (Tier.SMALL, Tier.LARGE)
+    (row,) = job_rows(settings)
+    assert row.tier == "small" and row.routing["routed_tier"] == "large"

@@ -11,7 +11,8 @@ from producer.status import live_workers, render_status
 from schemas.queues import KNOWN_WORKERS_KEY, Tier, event_log_key, worker_key
 from schemas.settings import Settings, TierConfig
 from workers.registry import EXPIRY_S, WorkerRegistration
-from workers.shares import EngineTiming, RecentFirstTokens, pause_rule, share_snapshot, slot_shares
+from workers.scheduler import SloShare
+from workers.shares import EngineTiming, RecentFirstTokens, share_snapshot, slot_shares
 
 CPU_TIMING = EngineTiming(first_token_s=0.045, step_s=0.040)
 
@@ -53,41 +54,50 @@ def test_workers_are_found_among_many_other_keys_without_a_key_scan(
     ]
 
 
+def steered(clock: list[float]) -> SloShare:
+    return SloShare(low=1, high=12, ttft_slo_s=1.0, itl_slo_s=0.25, clock=lambda: clock[0])
+
+
 def test_a_warm_worker_says_how_fast_its_engine_is_and_what_batch_may_hold(
     client: redis.Redis,
 ) -> None:
     worker = registration(client, "small-1@t", Tier.SMALL)
     shares = slot_shares(TierConfig(), 16)
     recent = RecentFirstTokens()
-    rule = pause_rule(CPU_TIMING, recent)
-    worker.track(lambda: 0, lambda: share_snapshot(shares, rule, recent))
+    clock = [0.0]
+    share = steered(clock)
+    worker.track(lambda: 0, lambda: share_snapshot(shares, recent, share))
     worker.mark_warm(CPU_TIMING)
     (entry,) = live_workers(client)
     assert (entry.engine_first_token_ms, entry.engine_step_ms) == (45.0, 40.0)
     assert entry.interactive_first_token_ms_p50 is None
-    assert entry.batch_under_interactive == 0  # a step is most of the warm-up's first token
+    assert (entry.batch_under_interactive, entry.interactive_ttft_slo_ms) == (12, 1000.0)
     for _ in range(8):
-        recent.record(0.2)  # long prompts' first tokens
+        recent.record(0.2)
+    share.first_token(0.9)  # near the SLO: the share is cut
     worker._write()  # the next heartbeat
     (entry,) = live_workers(client)
-    assert (entry.interactive_first_token_ms_p50, entry.batch_under_interactive) == (200.0, 2)
+    assert entry.interactive_first_token_ms_p50 == 200.0
+    assert (entry.batch_under_interactive, entry.batch_share_cuts) == (6, 1)
 
 
-def test_status_shows_whether_batch_pauses_while_people_wait(client: redis.Redis) -> None:
-    shares = slot_shares(TierConfig(), 16)
-    for worker_id, first_token_s in (("small-1@fast", 0.045), ("small-2@slow", 0.2)):
-        recent = RecentFirstTokens()
-        for _ in range(8):
-            recent.record(first_token_s)
+def test_status_shows_batch_s_share_while_people_wait(client: redis.Redis) -> None:
+    recent = RecentFirstTokens()
+    fixed = slot_shares(TierConfig(batch_slots_under_interactive=0, batch_min_slots=0), 16)
+    cases = (
+        ("small-1@steered", slot_shares(TierConfig(), 16), steered([0.0])),
+        ("small-2@paused", fixed, None),
+    )
+    for worker_id, shares, share in cases:
+        snapshot = share_snapshot(shares, recent, share)
         worker = registration(client, worker_id, Tier.SMALL)
-        snapshot = share_snapshot(shares, pause_rule(CPU_TIMING, recent), recent)
         worker.track(lambda: 0, lambda snapshot=snapshot: snapshot)
         worker.mark_warm(CPU_TIMING)
     status = render_status(client)
     rows = {line.split()[0]: line for line in status.splitlines() if line.strip()}
     assert "BATCH WHILE PEOPLE WAIT" in status
-    assert rows["small-1@fast"].endswith("paused")  # short requests: a step is most of one
-    assert rows["small-2@slow"].endswith("2 slots")
+    assert rows["small-1@steered"].endswith("12 slots (SLO 1000 ms, 0 cuts)")
+    assert rows["small-2@paused"].endswith("paused")
 
 
 def test_a_known_worker_whose_entry_expired_is_left_out(client: redis.Redis) -> None:

@@ -11,14 +11,8 @@ import pytest
 from schemas.queues import BRPOP_TIMEOUT_S, Priority, Tier
 from schemas.settings import TierConfig
 from workers.capacity import PAUSED_POLL_S, STALE_AFTER_S, QueueSwitch, SlotGate
-from workers.shares import (
-    MIN_RECENT_FIRST_TOKENS,
-    EngineTiming,
-    RecentFirstTokens,
-    SlotShares,
-    pause_rule,
-    slot_shares,
-)
+from workers.scheduler import SloShare
+from workers.shares import MIN_RECENT_FIRST_TOKENS, RecentFirstTokens, SlotShares, slot_shares
 
 INTER, BATCH = Priority.INTERACTIVE, Priority.BATCH
 
@@ -42,14 +36,20 @@ def test_interactive_leaves_the_batch_minimum_only_while_batch_waits() -> None:
 
 
 def test_default_shares_keep_a_quarter_for_interactive_work() -> None:
-    assert slot_shares(TierConfig(), 16) == SlotShares(16, 4, 1, batch_under_interactive=2)
-    assert slot_shares(TierConfig(), 8) == SlotShares(8, 2, 1, batch_under_interactive=1)
-    assert slot_shares(TierConfig(batch_min_slots=3), 8).batch_under_interactive == 3
-    assert slot_shares(TierConfig(), 2) == SlotShares(2, 1, 1, batch_under_interactive=1)
-    assert slot_shares(TierConfig(), 1) == SlotShares(1, 0, 1, batch_under_interactive=1)
-    assert slot_shares(TierConfig(reserved_interactive_slots=3, batch_min_slots=0), 4) == (
-        SlotShares(4, 3, 0, batch_under_interactive=0)
+    # No fixed share under interactive work: the SLO steers it (workers.scheduler).
+    assert slot_shares(TierConfig(), 16) == SlotShares(16, 4, 1)
+    assert slot_shares(TierConfig(), 8) == SlotShares(8, 2, 1)
+    assert slot_shares(TierConfig(), 2) == SlotShares(2, 1, 1)
+    assert slot_shares(TierConfig(), 1) == SlotShares(1, 0, 1)
+    assert slot_shares(TierConfig(batch_slots_under_interactive=2, batch_min_slots=3), 8) == (
+        SlotShares(8, 2, 3, batch_under_interactive=3)
     )
+    assert slot_shares(
+        TierConfig(
+            reserved_interactive_slots=3, batch_min_slots=0, batch_slots_under_interactive=0
+        ),
+        4,
+    ) == SlotShares(4, 3, 0, batch_under_interactive=0)
     assert slot_shares(TierConfig(batch_slots_under_interactive=99), 16).batch_cap(True) == 12
 
 
@@ -205,52 +205,63 @@ def test_the_worker_polls_quickly_while_a_queue_is_paused() -> None:
     assert task_consumer.queues == order
 
 
-CPU_LIKE = EngineTiming(first_token_s=0.045, step_s=0.040)
-GPU_LIKE = EngineTiming(first_token_s=0.040, step_s=0.010)
-
-
-def test_batch_pauses_where_a_step_is_over_half_the_typical_first_token() -> None:
-    assert pause_rule(CPU_LIKE, RecentFirstTokens())()  # the warm-up's own request
-    assert not pause_rule(GPU_LIKE, RecentFirstTokens())()
-    recent = RecentFirstTokens(window=8)
-    cpu_rule = pause_rule(CPU_LIKE, recent)
-    for _ in range(MIN_RECENT_FIRST_TOKENS):
-        recent.record(0.120)  # chat turns behind a long system prompt
-    assert recent.median() == 0.120
-    assert not cpu_rule()  # a step wait is a third of such a first token
-    for _ in range(8):
-        recent.record(0.050)  # short requests push the long ones out of the window
-    assert cpu_rule()
-
-
-def test_a_few_first_tokens_do_not_decide_yet() -> None:
+def test_a_few_first_tokens_do_not_make_a_median_yet() -> None:
     recent = RecentFirstTokens()
     for _ in range(MIN_RECENT_FIRST_TOKENS - 1):
         recent.record(1.0)
     assert recent.median() is None
-    assert pause_rule(CPU_LIKE, recent)()
+    recent.record(1.0)
+    assert recent.median() == 1.0
 
 
-def test_the_rule_pauses_a_share_and_its_minimum_while_people_wait() -> None:
-    pausing = [True]
+class SteeredGate:
+    """A gate whose batch share under interactive work follows the SLO (fake clock)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.kept: list[int] = []
+        self.switch = RecordingSwitch()
+        self.share = SloShare(low=1, high=6, ttft_slo_s=1.0, itl_slo_s=0.25, clock=lambda: self.now)
+        self.gate = SlotGate(
+            Tier.SMALL,
+            SlotShares(8, 2, 1),
+            batch_waiting=lambda: True,
+            interactive_hold_s=5,
+            clock=lambda: self.now,
+            on_interactive=lambda keep: self.kept.append(keep) or [],
+            steered=self.share,
+        )
+        self.gate.attach(self.switch)
+
+
+def test_the_slo_share_sets_batch_s_cap_while_people_wait() -> None:
+    lab = SteeredGate()
+    for index in range(6):
+        lab.gate.received(f"b{index}", "llm.small.batch")
+    assert lab.switch.calls == [("pause", "llm.small.batch")]  # all of batch_max
+    lab.gate.received("i0", "llm.small.interactive")
+    assert lab.kept == [6]  # the SLO holds: nothing gives way
+    lab.share.first_token(0.95)  # at risk: the share halves
+    assert lab.gate.batch_cap(lab.gate.running()) == 3
+    lab.gate.received("i1", "llm.small.interactive")
+    assert lab.kept == [6, 3]
+    lab.now += 10  # healthy again, and people gone past the hold: all of batch_max
+    lab.gate.finished("i0")
+    lab.gate.finished("i1")
+    lab.now += 6
+    assert lab.gate.batch_cap(lab.gate.running()) == 6
+
+
+def test_a_fixed_share_wins_over_the_slo() -> None:
+    share = SloShare(low=0, high=6, ttft_slo_s=1.0, itl_slo_s=0.25, clock=lambda: 0.0)
     gate = SlotGate(
         Tier.SMALL,
-        SlotShares(8, 2, 1, batch_under_interactive=1),
+        SlotShares(8, 2, 1, batch_under_interactive=2),
         batch_waiting=lambda: True,
-        interactive_hold_s=5,
-        pauses=lambda: pausing[0],
+        steered=share,
     )
-    switch = RecordingSwitch()
-    gate.attach(switch)
-    for index in range(7):
-        gate.received(f"i{index}", "llm.small.interactive")
-    # Batch may not run now: the slot its minimum would keep stays with interactive work.
-    assert switch.calls == [("pause", "llm.small.batch")]
-    assert gate.batch_cap(gate.running()) == 0
-    pausing[0] = False
-    assert gate.batch_cap(gate.running()) == 1
-    gate.rebalance()
-    assert switch.calls[-1] == ("resume", "llm.small.batch")
+    gate.received("i0", "llm.small.interactive")
+    assert gate.batch_cap(gate.running()) == 2
 
 
 def test_a_share_that_is_no_share_pauses_batch() -> None:

@@ -157,10 +157,28 @@ def test_llmq_bench_mixed_passes_its_options(
         "with_restart": True,
         "interactive_rate": 0.25,
         "batch_rate": 2.0,
-        "vllm_tier": None,
-        "llmq_tier": None,
+        "sides": ("vllm_fcfs", "vllm_priority", "vllm_capped", "llmq"),
+        "blocks": 1,
+        "flood_cap": 8,
+        "flood_rates": (),
+        "tier": None,
     }
     assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {"bench": "mixed"}
-    assert main(["bench", "mixed", "--json", "--vllm-tier", "large", "--llmq-tier", "large"]) == 0
+    argv = ["bench", "mixed", "--json", "--tier", "large", "--sides", "llmq,vllm_priority"]
+    assert main([*argv, "--blocks", "2", "--flood-rates", "1,4"]) == 0
     assert seen["with_restart"] is False and seen["minutes"] == 2.0
-    assert seen["vllm_tier"] is Tier.LARGE and seen["llmq_tier"] is Tier.LARGE
+    assert seen["tier"] is Tier.LARGE and seen["sides"] == ("llmq", "vllm_priority")
+    assert seen["blocks"] == 2 and seen["flood_rates"] == (1.0, 4.0)
+
+
+def test_a_capped_client_keeps_at_most_its_cap_of_batch_in_flight(server: str) -> None:
+    """The vllm_capped side's flood: never more than ``batch_cap`` batch streams open."""
+    events = [_event(0.01 * i, "batch", f"b{i}") for i in range(6)]
+    target = Target(server, "k", "m", "m", None, batch_cap=2)
+    replay = Replay(openai.OpenAI(base_url=server + "/v1", api_key="k"), target, events)
+    replay.run(5.0)
+    done = [o for o in replay.outcomes if o.ok]
+    assert len(done) == 6
+    spans = sorted((o.sent, o.finished) for o in done)
+    most = max(sum(1 for s, f in spans if s <= t < f) for t, _ in spans)  # type: ignore[operator]
+    assert most <= 2

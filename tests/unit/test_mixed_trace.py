@@ -7,7 +7,16 @@ import random
 
 import pytest
 
-from bench.mixed import Outcome, busy_seconds, combine, quality_percent, side_figures
+from bench.goodput import (
+    Outcome,
+    Slo,
+    busy_seconds,
+    quality_percent,
+    ratio_interval,
+    side_figures,
+    side_keys,
+    wilson_interval,
+)
 from bench.trace import (
     SUMMARY_PROMPT,
     SUPPORT_PROMPT,
@@ -119,9 +128,17 @@ def _outcome(index: int, kind: str, **fields: object) -> Outcome:
     return Outcome(index=index, kind=kind, sent=float(index), **fields)  # type: ignore[arg-type]
 
 
-def test_side_figures_and_the_combined_report() -> None:
+def test_side_figures_count_goodput_and_slo_attainment() -> None:
     outcomes = [
-        _outcome(i, "interactive", finished=i + 1.0, ok=True, ttft_ms=100.0 * (i + 1), e2e_ms=50.0)
+        _outcome(
+            i,
+            "interactive",
+            finished=i + 1.0,
+            ok=True,
+            ttft_ms=100.0 * (i + 1),
+            e2e_ms=900.0,
+            tokens=9,
+        )
         for i in range(4)
     ]
     outcomes += [
@@ -130,46 +147,40 @@ def test_side_figures_and_the_combined_report() -> None:
         _outcome(6, "batch", finished=10.0, cut=True),
         _outcome(7, "interactive", finished=8.0, error="boom"),
     ]
-    figures = side_figures(outcomes, flood_s=4.0, cost_weight=2.0)
+    slo = Slo(ttft_ms=350.0, tpot_ms=100.0)
+    figures = side_figures(outcomes, flood_s=4.0, cost_weight=2.0, slo=slo)
     assert figures.ttft_p50_ms == 250.0
     assert figures.ttft_p99_ms == pytest.approx(397.0)
+    assert figures.tpot_p50_ms == pytest.approx((900.0 - 250.0) / 8)
     assert figures.batch_completed == 2 and figures.batch_cut == 1
     assert figures.batch_tok_s == 10.0
     assert figures.failed == 1
     assert figures.cost == pytest.approx(2.0 * 10.0)  # busy from 0 to 10 s
-
-    slow = side_figures(
-        [_outcome(0, "interactive", finished=1.0, ok=True, ttft_ms=1000.0, e2e_ms=1.0)],
-        flood_s=4.0,
-        cost_weight=1.0,
-    )
-    report = combine(slow, figures, vllm_quality=50.0, llmq_quality=None)
-    assert report["p99_speedup"] == round(1000.0 / 397.0, 2)
-    assert report["vllm_batch_tok_s"] == 0.0 and report["llmq_batch_tok_s"] == 10.0
-    assert report["batch_tok_s_ratio"] is None
-    assert report["vllm_quality"] == 50.0 and report["llmq_quality"] is None
-    assert report["llmq_failed"] == 1 and report["vllm_failed"] == 0
-    assert list(report)[:13] == [
-        "vllm_interactive_ttft_p99_ms",
-        "llmq_interactive_ttft_p99_ms",
-        "p99_speedup",
-        "vllm_interactive_ttft_p50_ms",
-        "llmq_interactive_ttft_p50_ms",
-        "vllm_batch_tok_s",
-        "llmq_batch_tok_s",
-        "vllm_quality",
-        "llmq_quality",
-        "vllm_cost",
-        "llmq_cost",
-        "vllm_failed",
-        "llmq_failed",
-    ]
+    # Within 350 ms and 100 ms a token: the first three of four answered; the failed
+    # one is a miss.
+    assert (figures.interactive_n, figures.slo_met) == (5, 3)
+    keys = side_keys("llmq", figures)
+    assert keys["llmq_slo_attainment"] == 0.6
+    assert keys["llmq_batch_goodput_tok_s"] == 10.0
+    assert keys["llmq_interactive_n"] == 5 and keys["llmq_failed"] == 1
+    slow_tokens = _outcome(0, "interactive", ok=True, ttft_ms=10.0, e2e_ms=2010.0, tokens=3)
+    assert not slo.met(slow_tokens)  # 1 s between tokens
 
 
-def test_no_samples_give_no_percentiles() -> None:
+def test_intervals_of_a_share_and_of_a_ratio() -> None:
+    assert wilson_interval(0, 0) is None
+    low, high = wilson_interval(99, 100) or (0, 0)
+    assert low < 0.99 < high <= 1.0
+    assert ratio_interval([1.0] * 10, [2.0] * 10) == (0.5, 0.5)
+    assert ratio_interval([1.0], [0.0]) is None
+    low, high = ratio_interval([1.0, 3.0] * 5, [2.0] * 10) or (0, 0)
+    assert low < 1.0 < high
+
+
+def test_no_requests_give_no_percentiles() -> None:
     figures = side_figures([], flood_s=0.0, cost_weight=1.0)
     assert figures.ttft_p99_ms is None and figures.batch_tok_s == 0.0 and figures.cost == 0.0
-    assert combine(figures, figures, vllm_quality=None, llmq_quality=None)["p99_speedup"] is None
+    assert figures.slo_attainment is None
 
 
 def test_quality_is_a_mean_in_percent_points() -> None:
@@ -185,7 +196,7 @@ def test_a_tier_costs_one_unless_configured() -> None:
         TierConfig(cost_weight=0)
 
 
-def test_the_report_holds_the_issue_figures_counts_and_samples() -> None:
+def test_the_report_holds_every_side_s_figures_and_the_ratios() -> None:
     from bench.mixed import Side, SideRun, report
     from bench.trace import Event
     from schemas.queues import Tier
@@ -207,41 +218,47 @@ def test_the_report_holds_the_issue_figures_counts_and_samples() -> None:
     batch = Event(t=40.0, kind="batch", messages=({"role": "user", "content": "x"},), max_tokens=9)
     events = [case, batch]
     runs = {
-        "vllm": SideRun(
-            [
-                _outcome(0, "interactive", finished=9.0, ok=True, ttft_ms=800.0, e2e_ms=900.0),
-                _outcome(1, "batch", finished=60.0, cut=True),
-            ]
-        ),
-        "llmq": SideRun(
-            [
-                _outcome(
-                    0,
-                    "interactive",
-                    finished=2.0,
-                    ok=True,
-                    ttft_ms=200.0,
-                    e2e_ms=300.0,
-                    text="We open at 8 am.",
-                ),
-                _outcome(1, "batch", finished=50.0, ok=True, tokens=60),
-            ]
-        ),
+        "vllm_priority": [
+            SideRun(
+                [
+                    _outcome(
+                        0, "interactive", finished=9.0, ok=True, ttft_ms=1800.0, e2e_ms=1900.0
+                    ),
+                    _outcome(1, "batch", finished=45.0, ok=True, tokens=30),
+                ]
+            )
+        ],
+        "llmq": [
+            SideRun(
+                [
+                    _outcome(
+                        0,
+                        "interactive",
+                        finished=2.0,
+                        ok=True,
+                        ttft_ms=200.0,
+                        e2e_ms=300.0,
+                        text="We open at 8 am.",
+                    ),
+                    _outcome(1, "batch", finished=50.0, ok=True, tokens=60),
+                ],
+                cpu_s=12.0,
+            )
+        ],
     }
-    settings = Settings(tiers={"large": {"cost_weight": 3.0}})
-    sides: dict[str, Side] = {"vllm": FakeSide(Tier.LARGE), "llmq": FakeSide(Tier.SMALL)}
+    settings = Settings()
+    sides: dict[str, Side] = {name: FakeSide(Tier.SMALL) for name in runs}
     result = report(settings, plan, events, runs, sides, with_restart=False)
-    assert result["p99_speedup"] == 4.0
-    assert result["vllm_quality"] == 0.0 and result["llmq_quality"] == 100.0
-    assert result["llmq_batch_tok_s"] == 2.0 and result["vllm_batch_tok_s"] == 0.0
-    # In flight from 0 s (the first send) to the last end, weighted by the tier's cost.
-    assert result["vllm_cost"] == 3.0 * 60.0
-    assert result["llmq_cost"] == 1.0 * 50.0
-    assert result["vllm_failed"] == result["llmq_failed"] == 0
+    assert result["vllm_priority_slo_attainment"] == 0.0  # 1.8 s over the 1 s SLO
+    assert result["llmq_slo_attainment"] == 1.0
+    assert result["llmq_batch_goodput_tok_s"] == 2.0
+    assert result["vllm_priority_batch_goodput_tok_s"] == 1.0
+    assert result["goodput_ratio_vs_vllm_priority"] == 2.0
+    assert result["llmq_interactive_n"] == result["vllm_priority_interactive_n"] == 1
+    assert result["llmq_failed"] == result["vllm_priority_failed"] == 0
+    assert result["llmq_cpu_ms_per_token"] == round(12000.0 / 60, 2)  # ok tokens: 60 + 0
+    assert result["llmq_quality"] == 100.0 and result["vllm_priority_quality"] == 0.0
     assert result["llmq_interactive_ttft_samples_ms"] == [200.0]
-    assert result["llmq_tiers_served"] == ["small"]
-    assert result["llmq_models_served"] == [settings.tier(Tier.SMALL).model]
-    assert result["vllm_model"] == settings.tier(Tier.LARGE).model
-    assert result["vllm_errors"] == {} and result["llmq_errors"] == {}
+    assert result["slo_ttft_ms"] == 1000.0
     assert result["interactive_requests"] == 1 and result["batch_requests"] == 1
     assert result["host"]

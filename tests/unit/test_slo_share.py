@@ -1,0 +1,90 @@
+"""Batch's share under interactive work, steered against the SLO (fake clock)."""
+
+from __future__ import annotations
+
+import pytest
+
+from workers.scheduler import ShareTuning, SloShare
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def share(clock: Clock, **overrides: int) -> SloShare:
+    return SloShare(
+        low=overrides.get("low", 1),
+        high=overrides.get("high", 12),
+        ttft_slo_s=1.0,
+        itl_slo_s=0.2,
+        clock=clock,
+        start=overrides.get("start"),
+    )
+
+
+def test_it_starts_full_and_a_first_token_at_risk_halves_it() -> None:
+    clock = Clock()
+    s = share(clock)
+    assert s.share() == 12
+    change = s.first_token(0.9)  # over 0.8 of the 1 s SLO
+    assert change is not None and (change.before, change.after) == (12, 6)
+    assert s.share() == 6 and s.cuts == 1
+
+
+def test_a_cut_holds_then_the_share_grows_one_slot_a_second_while_healthy() -> None:
+    clock = Clock()
+    s = share(clock, start=4)
+    s.first_token(2.0)
+    assert s.share() == 2
+    clock.now += 1.0
+    assert s.first_token(5.0) is None  # in the hold: these measured the old share
+    assert s.share() == 2
+    clock.now += 2.5  # the hold (3 s) is over
+    s.first_token(0.1)
+    clock.now += 1.0
+    assert s.share() == 3
+    clock.now += 3.0
+    assert s.share() == 6
+
+
+def test_observations_near_the_slo_hold_the_share() -> None:
+    clock = Clock()
+    s = share(clock, start=5)
+    for _ in range(5):
+        s.first_token(0.6)  # between 0.5 and 0.8 of the SLO
+        clock.now += 1.0
+        assert s.share() == 5
+    clock.now += 1.0
+    assert s.share() == 6  # a quiet interval: it grows again
+
+
+def test_it_never_leaves_its_bounds() -> None:
+    clock = Clock()
+    s = share(clock, low=2, high=4)
+    clock.now += 60
+    assert s.share() == 4
+    for _ in range(5):
+        clock.now += 4
+        s.first_token(10.0)
+    assert s.share() == 2
+
+
+def test_inter_token_time_counts_against_its_own_slo() -> None:
+    clock = Clock()
+    s = share(clock)
+    assert s.inter_token(0.1) is None  # half the 0.2 s SLO: healthy
+    change = s.inter_token(0.19)
+    assert change is not None and change.after == 6
+
+
+def test_bad_bounds_and_tunings_are_refused() -> None:
+    with pytest.raises(ValueError, match="bounds"):
+        SloShare(low=3, high=2, ttft_slo_s=1, itl_slo_s=1, clock=Clock())
+    with pytest.raises(ValueError, match="SLOs"):
+        SloShare(low=0, high=2, ttft_slo_s=0, itl_slo_s=1, clock=Clock())
+    with pytest.raises(ValueError, match="grow_below"):
+        ShareTuning(grow_below=0.9, cut_above=0.8)

@@ -1,0 +1,155 @@
+"""Batch's share of slots while people wait, sized against the interactive SLO.
+
+Batch work should take everything the interactive SLO leaves. The share is steered by
+what interactive requests measure, in the manner of AIMD congestion control:
+
+- each interactive first token (and each finished request's mean inter-token time)
+  is an observation against the tier's SLO;
+- while every observation since the last change stayed under ``grow_below`` of the
+  SLO, the share grows by one slot each ``grow_every_s``: slowly, since each extra
+  batch sequence makes every engine step a little longer;
+- an observation over ``cut_above`` of the SLO cuts the share by ``cut_factor`` at
+  once (the caller makes the batch jobs beyond it give way), and the share then holds
+  for ``hold_after_cut_s``: requests already in flight measured the old share;
+- between the two, the share holds.
+
+Without interactive work the share is not asked (batch may use its whole maximum).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ShareTuning:
+    """How the share moves; the defaults suit any engine (they are shares of the SLO)."""
+
+    grow_below: float = 0.5
+    """Grow only while observations stay under this share of the SLO."""
+    cut_above: float = 0.8
+    """Cut when an observation passes this share of the SLO (the SLO is at risk)."""
+    cut_factor: float = 0.5
+    """A cut multiplies the share by this."""
+    grow_every_s: float = 1.0
+    """One slot more per this many seconds of health."""
+    hold_after_cut_s: float = 3.0
+    """After a cut, neither grow nor cut again for this long."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.grow_below <= self.cut_above:
+            raise ValueError("grow_below must be positive and at most cut_above")
+        if not 0 <= self.cut_factor < 1:
+            raise ValueError("cut_factor must lie in [0, 1)")
+        if self.grow_every_s <= 0 or self.hold_after_cut_s < 0:
+            raise ValueError("grow_every_s must be positive and hold_after_cut_s not negative")
+
+
+@dataclass(frozen=True)
+class ShareChange:
+    """A change of the share: from, to, and the observation that caused it (None for
+    growth)."""
+
+    before: int
+    after: int
+    observed_s: float | None
+
+
+class SloShare:
+    """The number of slots batch may hold while interactive work is about. Thread-safe.
+
+    ``low`` and ``high`` bound the share (the tier's batch minimum and maximum); it
+    starts at ``start`` (default ``high``: on an engine with room to spare nothing is
+    lost while it learns; where a full share misses the SLO, the first observation
+    halves it). ``ttft_slo_s`` and ``itl_slo_s`` are the tier's interactive first-token
+    and inter-token SLOs.
+    """
+
+    def __init__(
+        self,
+        *,
+        low: int,
+        high: int,
+        ttft_slo_s: float,
+        itl_slo_s: float,
+        clock: Callable[[], float],
+        start: int | None = None,
+        tuning: ShareTuning | None = None,
+    ) -> None:
+        if not 0 <= low <= high:
+            raise ValueError("the share's bounds must satisfy 0 <= low <= high")
+        if ttft_slo_s <= 0 or itl_slo_s <= 0:
+            raise ValueError("SLOs must be positive")
+        self.low, self.high = low, high
+        self.ttft_slo_s, self.itl_slo_s = ttft_slo_s, itl_slo_s
+        self._tuning = tuning or ShareTuning()
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._share = min(max(high if start is None else start, low), high)
+        now = clock()
+        self._changed_at = now
+        self._cut_at = -math.inf
+        self._worst = 0.0
+        """The largest observation since the last change, as a share of its SLO."""
+        self.cuts = 0
+
+    def share(self) -> int:
+        """The share now, after any growth that is due."""
+        with self._lock:
+            self._grow(self._clock())
+            return self._share
+
+    def first_token(self, seconds: float) -> ShareChange | None:
+        """An interactive request's first token took ``seconds`` (as its user waits:
+        queue and engine); the cut it caused, if any."""
+        return self._observe(seconds, seconds / self.ttft_slo_s)
+
+    def inter_token(self, seconds: float) -> ShareChange | None:
+        """A finished interactive request's mean time between tokens; the cut it
+        caused, if any."""
+        return self._observe(seconds, seconds / self.itl_slo_s)
+
+    def snapshot(self) -> dict[str, float | int]:
+        """What the worker's registry entry shows of the share."""
+        with self._lock:
+            return {
+                "batch_under_interactive": self._share,
+                "interactive_ttft_slo_ms": round(self.ttft_slo_s * 1000, 1),
+                "batch_share_cuts": self.cuts,
+            }
+
+    def _observe(self, seconds: float, of_slo: float) -> ShareChange | None:
+        tuning = self._tuning
+        with self._lock:
+            now = self._clock()
+            self._grow(now)
+            held = now - self._cut_at < tuning.hold_after_cut_s
+            if of_slo > tuning.cut_above and not held:
+                before = self._share
+                self._share = max(self.low, math.floor(before * tuning.cut_factor))
+                self._cut_at = now
+                self._changed_at = now + tuning.hold_after_cut_s  # growth counts from here
+                self._worst = 0.0
+                self.cuts += 1
+                return ShareChange(before, self._share, seconds)
+            if not held:
+                self._worst = max(self._worst, of_slo)
+            return None
+
+    def _grow(self, now: float) -> None:
+        tuning = self._tuning
+        if now - self._cut_at < tuning.hold_after_cut_s:
+            return
+        if self._worst > tuning.grow_below:
+            # Near the SLO: hold, and judge the next interval afresh.
+            if now - self._changed_at >= tuning.grow_every_s:
+                self._changed_at, self._worst = now, 0.0
+            return
+        steps = int((now - self._changed_at) / tuning.grow_every_s)
+        if steps <= 0:
+            return
+        self._share = min(self.high, self._share + steps)
+        self._changed_at += steps * tuning.grow_every_s
