@@ -44,6 +44,9 @@ from schemas.tables import Job
 
 log = logging.getLogger(__name__)
 
+SLOW_SUBMIT_S = 0.5
+"""A submit slower than this is logged with where its time went."""
+
 
 def _nothing() -> None:
     pass
@@ -190,6 +193,7 @@ class Client:
         job_id: str | None,
         before_row: Callable[[], None] | None,
     ) -> JobHandle:
+        started = time.monotonic()
         if conversation_id is not None:
             request = with_conversation(request, conversation_id)
         submission = prepare_submission(
@@ -205,12 +209,24 @@ class Client:
         )
         if require_warm_worker:
             self._workers.require_warm(submission.decision.tier)
+        prepared = time.monotonic()
         message = self._message_first(submission, job_id)
         before = before_row or _nothing
         if message is not None:
             job = self._enqueue_then_record(submission, message, before)
         else:
             job = self._record_then_enqueue(submission, job_id, before)
+        done = time.monotonic()
+        if done - started > SLOW_SUBMIT_S:
+            # Time a caller waits before its job exists: worth an operator's look.
+            log.warning(
+                "slow submit of %s job %s: %.0f ms to validate and route, %.0f ms to "
+                "record and enqueue",
+                submission.options.priority,
+                job.id,
+                (prepared - started) * 1000,
+                (done - prepared) * 1000,
+            )
         routed = (job.routing or {}).get("routed_tier")
         return JobHandle(
             self,

@@ -69,7 +69,10 @@ def render_status(client: redis.Redis) -> str:
         depths = queue_depths(client)
         workers = live_workers(client)
     lines = ["QUEUE                     DEPTH"]
-    lines += [f"{queue_name(d.tier, d.priority):<25} {d.depth:>5}" for d in depths]
+    served = {w.tier for w in workers}
+    lines += [
+        f"{queue_name(d.tier, d.priority):<25} {d.depth:>5}{_unread(d, served)}" for d in depths
+    ]
     lines.append("")
     if not workers:
         lines.append("no workers running (start one with: llmq worker --tier small)")
@@ -86,6 +89,18 @@ def render_status(client: redis.Redis) -> str:
             f"{worker.in_flight:>9}  {free:>10}  {_hits(worker):<11}  {_batch_share(worker)}"
         )
     return "\n".join(lines)
+
+
+def unread_queues(depths: list[QueueDepth], workers: list[WorkerEntry]) -> list[QueueDepth]:
+    """Queues holding work that no live worker (warm or starting) reads."""
+    served = {w.tier for w in workers}
+    return [d for d in depths if d.depth and d.tier not in served]
+
+
+def _unread(depth: QueueDepth, served: set[Tier]) -> str:
+    if depth.depth and depth.tier not in served:
+        return "  ! no worker reads this queue"
+    return ""
 
 
 def _batch_share(worker: WorkerEntry) -> str:

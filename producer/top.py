@@ -150,8 +150,9 @@ def render(snapshot: Snapshot) -> RenderableType:
     queues.add_column("tier")
     for priority in Priority:
         queues.add_column(priority.value, justify="right")
+    served = {w.tier for w in snapshot.workers}
     for tier in Tier:
-        cells = [_queue_cell(q) for q in snapshot.queues if q.tier == tier]
+        cells = [_queue_cell(q, tier in served) for q in snapshot.queues if q.tier == tier]
         queues.add_row(tier.value, *cells)
 
     workers = Table(title="workers", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
@@ -200,9 +201,12 @@ def render(snapshot: Snapshot) -> RenderableType:
     )
 
 
-def _queue_cell(queue: QueueRow) -> Text:
+def _queue_cell(queue: QueueRow, read: bool) -> Text:
+    """Depth and oldest wait; a queue with work that no worker reads says so, in red."""
     if not queue.depth:
         return Text("0", style="dim")
+    if not read:
+        return Text(f"{queue.depth}  {_age(queue.oldest_age_s)}  no reader", style="bold red")
     return Text(f"{queue.depth}  {_age(queue.oldest_age_s)}", style="bold yellow")
 
 

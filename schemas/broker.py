@@ -201,13 +201,21 @@ def sentinel_transport_options(url: str) -> dict[str, Any]:
     return parse_sentinel_url(url).transport_options() if is_sentinel_url(url) else {}
 
 
+MAX_CONNECTIONS = 10_000
+"""Connections one client's pool may open. redis-py caps a pool at 100, and a gateway
+holds one connection per open stream (its pub/sub subscription): under a batch flood
+the 101st stream, and every request after it, failed as if Redis were down."""
+
+
 def redis_client(url: str, **kwargs: Any) -> redis.Redis:
-    """A Redis client for the broker at ``url``; keyword arguments go to its connections.
+    """A Redis client for the broker at ``url``; keyword arguments go to its connections
+    (``max_connections`` is :data:`MAX_CONNECTIONS` unless given).
 
     For a sentinel URL the client connects to whichever server the sentinels name as
     master, asking again on every reconnect, so it follows a failover. Connecting is
     lazy: this raises only ``ValueError`` for a malformed sentinel URL.
     """
+    kwargs.setdefault("max_connections", MAX_CONNECTIONS)
     if not is_sentinel_url(url):
         return redis.Redis.from_url(url, **kwargs)
     broker = parse_sentinel_url(url)
@@ -226,6 +234,7 @@ def redis_client(url: str, **kwargs: Any) -> redis.Redis:
 
 def async_redis_client(url: str, **kwargs: Any) -> aioredis.Redis:
     """The asyncio twin of :func:`redis_client`, with the same promises."""
+    kwargs.setdefault("max_connections", MAX_CONNECTIONS)
     if not is_sentinel_url(url):
         return aioredis.Redis.from_url(url, **kwargs)
     broker = parse_sentinel_url(url)

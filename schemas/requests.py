@@ -53,6 +53,10 @@ class ChatMessage(BaseModel):
     def _not_blank(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("message content must not be empty")
+        # Turns are stored in text columns, which cannot hold NUL on PostgreSQL: a NUL
+        # that passed here would fail the job's end, after its answer ran.
+        if "\x00" in value:
+            raise ValueError("message content must not contain NUL characters")
         return valid_unicode(value)
 
 
@@ -85,7 +89,7 @@ class GenerationRequest(BaseModel):
     @field_validator("conversation_id")
     @classmethod
     def _conversation_is_unicode(cls, value: str | None) -> str | None:
-        return None if value is None else valid_unicode(value)
+        return database_text(value)
 
     @field_validator("metadata")
     @classmethod

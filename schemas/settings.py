@@ -50,6 +50,16 @@ class TierConfig(BaseModel):
         description="priority: the engine admits waiting interactive requests before batch",
     )
     concurrency: int = Field(default=16, ge=1, le=1024, description="Jobs a worker runs at once")
+    max_num_batched_tokens: int | None = Field(
+        default=None, ge=16, description="tokens one engine step computes at most; None: vLLM's"
+    )
+    long_prefill_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="a prompt's tokens per engine step while other requests run (vLLM's "
+        "long_prefill_token_threshold): a long prompt then shares each step instead of "
+        "filling it; None: vLLM's default",
+    )
     reserved_interactive_slots: int | None = Field(
         default=None,
         ge=0,
@@ -65,6 +75,14 @@ class TierConfig(BaseModel):
         "runs (or ran in the last interactive_hold_s); None: the share is steered against "
         "the interactive SLOs (workers.scheduler.slo_share), growing while interactive "
         "requests stay well inside them and cut when one nears them",
+    )
+    batch_prefills_at_once: int = Field(
+        default=1,
+        ge=0,
+        description="batch prompts in the engine's prefill at once: a batch job waits to "
+        "start until another's first token, so no engine step holds several batch prompts "
+        "for people to wait out (on a CPU a step lasts as long as its prompt tokens are "
+        "many); 0: no limit",
     )
     interactive_ttft_slo_ms: float = Field(
         default=1000.0,

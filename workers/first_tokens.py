@@ -16,6 +16,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
+from typing import Protocol
 
 WAIT_MAX_S = 1.0
 """The longest a batch job's start waits for interactive first tokens."""
@@ -82,8 +83,14 @@ class FirstTokenGate:
         self._waiting = {t for t in self._waiting if now - t.taken_at < self._ttl_s}
 
 
+class Ticket(Protocol):
+    """Something a request holds until its first token (or its end)."""
+
+    def give_back(self) -> None: ...
+
+
 @contextlib.contextmanager
-def handing_over(ticket: FirstTokenTicket | None) -> Iterator[None]:
+def handing_over(ticket: Ticket | None) -> Iterator[None]:
     """Hand a request to the engine inside: if that fails, its ticket is given back."""
     try:
         yield

@@ -22,7 +22,7 @@ from schemas.requests import GenerationRequest
 from workers.conversations import in_conversation
 from workers.early_start import EarlyStart, JobHint, start_early
 from workers.engine.base import DeltaStream
-from workers.first_tokens import FirstTokenTicket, handing_over
+from workers.first_tokens import Ticket, handing_over
 from workers.job_input import chat_messages, check_context, parse_request, sampling_options
 from workers.jobs import (
     ClaimedJob,
@@ -230,8 +230,9 @@ class _Started:
     started_at: float
     """``time.monotonic()`` as the worker began rendering the prompt."""
     resumed_tokens: int = 0
-    ticket: FirstTokenTicket | None = None
-    """An interactive request's, given back at its first token."""
+    ticket: Ticket | None = None
+    """Given back at the first token: an interactive request's first-token ticket, a
+    batch job's prefill place."""
 
 
 def generate(
@@ -309,13 +310,14 @@ def _start(
     check_context(len(prompt_ids), request.max_tokens, runtime)
     if len(resumed_ids) >= request.max_tokens:
         return _Started(request, prompt_ids, None, started_at, len(resumed_ids))
-    ticket = None
+    ticket: Ticket
     if claimed.priority == Priority.INTERACTIVE:
         ticket = runtime.first_tokens.take()
     else:
         # The wait is the worker's scheduling, not the engine's: left out of started_at.
         waited_from = time.monotonic()
         runtime.first_tokens.wait_clear()
+        ticket = runtime.batch_prefills.take()
         started_at += time.monotonic() - waited_from
     with handing_over(ticket):
         deltas = runtime.engine.stream(

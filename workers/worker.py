@@ -33,6 +33,7 @@ from workers.models import resolve_model
 from workers.reaper import Reaper, ReaperThread
 from workers.registry import WorkerRegistration
 from workers.running_jobs import CancelListener
+from workers.scheduler.prefills import PrefillPlaces
 from workers.scheduler.slo_share import SloShare
 from workers.shares import EngineTiming, SlotShares, share_snapshot, slot_shares
 from workers.transport import job_ids_in_broker, restore_held
@@ -133,6 +134,7 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
                 tier=options.tier.value, slots=concurrency, in_flight=engine.in_flight
             ),
             batch_share=steered_share(tier_config, shares),
+            batch_prefills=PrefillPlaces(tier_config.batch_prefills_at_once, clock=time.monotonic),
         )
         if options.metrics_port is not None and runtime.metrics is not None:
             runtime.metrics.serve(options.metrics_port)

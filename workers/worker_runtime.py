@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -22,6 +23,7 @@ from workers.metrics import WorkerMetrics
 from workers.prefix import PrefixCacheStats
 from workers.received_starts import ReceivedStarts
 from workers.running_jobs import RunningJobs
+from workers.scheduler.prefills import PrefillPlaces
 from workers.scheduler.slo_share import ShareChange, SloShare
 from workers.shares import RecentFirstTokens
 
@@ -60,6 +62,10 @@ class WorkerRuntime:
     """The engine's part of the last interactive first tokens (``workers.shares``)."""
     appends: AppendCombiner | None = None
     """Combines the jobs' stream events into one round trip (None: one each)."""
+    batch_prefills: PrefillPlaces = field(
+        default_factory=lambda: PrefillPlaces(0, clock=time.monotonic)
+    )
+    """Batch prompts in the engine's prefill at once (``workers.scheduler.prefills``)."""
     batch_share: SloShare | None = None
     """Batch's share under interactive work, steered against the SLO (None: fixed)."""
 

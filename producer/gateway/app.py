@@ -7,6 +7,7 @@ job's event stream, so a client that reconnects with ``Last-Event-ID`` resumes i
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -47,6 +48,8 @@ from schemas.errors import LlmqError
 from schemas.queues import Priority, Tier
 from schemas.settings import Settings
 from schemas.tables import Job
+
+log = logging.getLogger(__name__)
 
 MODELS = ["auto", *[tier.value for tier in Tier]]
 RESULT_TIMEOUT_S = 600.0
@@ -369,6 +372,11 @@ async def _invalid(_request: Request, exc: RequestValidationError) -> JSONRespon
 def error_response(exc: LlmqError) -> JSONResponse:
     """An OpenAI-format error with the status (and Retry-After) the error calls for."""
     http = http_error_for(exc)
+    if http.status >= 500:
+        # The caller sees the message; the operator needs to know it happened.
+        cause = exc.__cause__
+        why = f" ({type(cause).__name__}: {cause})" if cause is not None else ""
+        log.warning("answered %d %s: %s%s", http.status, http.code or http.kind, exc, why)
     headers = {"Retry-After": str(http.retry_after_s)} if http.retry_after_s else None
     return JSONResponse(
         oai.error_body(str(exc), kind=http.kind, code=http.code),

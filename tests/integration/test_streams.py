@@ -248,3 +248,26 @@ def test_sync_streams_read_through_a_pool_share_one_connection(
     assert len(connections[0]) == 1
     assert connections == [connections[0]] * 3
     assert (kept, kept_after_stop) == (0, 0)
+
+
+def test_one_client_holds_more_streams_than_redis_py_s_default_pool(
+    integration_settings: Settings,
+) -> None:
+    """A gateway holds a subscription per open stream: 150 at once must not fail."""
+    from schemas.broker import async_redis_client
+
+    async def hold_many() -> int:
+        client = async_redis_client(integration_settings.broker_url)
+        subscriptions = []
+        try:
+            for index in range(150):
+                pubsub = client.pubsub()
+                await pubsub.subscribe(f"llmq:test:many:{index}")
+                subscriptions.append(pubsub)
+            return len(subscriptions)
+        finally:
+            for pubsub in subscriptions:
+                await pubsub.aclose()
+            await client.aclose()
+
+    assert asyncio.run(hold_many()) == 150

@@ -95,3 +95,24 @@ def test_one_frame_shows_queues_workers_latency_routing_and_errors(
         assert expected in text
     assert "small 75%" in text
     assert "large 25%" in text
+    assert "no reader" not in text  # the small worker reads the small batch queue
+
+
+def test_a_queue_with_work_and_no_reader_is_flagged(integration_settings: Settings) -> None:
+    r = redis.Redis.from_url(integration_settings.broker_url)
+    r.rpush("llm.large.batch", b"x")
+    out = io.StringIO()
+    db = make_engine(integration_settings.database_url)
+    try:
+        run_top(
+            r,
+            make_sessions(db),
+            once=True,
+            console=Console(file=out, width=120, color_system=None),
+        )
+    finally:
+        db.dispose()
+    (large_row,) = [
+        line for line in out.getvalue().splitlines() if line.strip().startswith("large")
+    ]
+    assert "no reader" in large_row

@@ -122,3 +122,12 @@ def test_an_unreadable_entry_is_skipped_not_fatal(client: redis.Redis) -> None:
     client.sadd(KNOWN_WORKERS_KEY, "small-2@bad")
     client.hset(worker_key("small-2@bad"), "tier", "not json")
     assert [w.worker_id for w in live_workers(client)] == ["small-1@ok"]
+
+
+def test_status_flags_a_queue_with_work_and_no_reader(client: redis.Redis) -> None:
+    registration(client, "small-1@only", Tier.SMALL).mark_warm(CPU_TIMING)
+    client.rpush("llm.small.batch", b"x")
+    client.rpush("llm.large.batch", b"x", b"y")
+    rows = {line.split()[0]: line for line in render_status(client).splitlines() if line.strip()}
+    assert rows["llm.large.batch"].endswith("2  ! no worker reads this queue")
+    assert rows["llm.small.batch"].endswith(" 1")

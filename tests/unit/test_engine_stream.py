@@ -136,3 +136,11 @@ def test_engine_runs_on_asyncios_loop_without_uvloop(monkeypatch: pytest.MonkeyP
         assert loop.run_until_complete(asyncio.sleep(0, result=7)) == 7
     finally:
         loop.close()
+
+
+def test_step_limits_reach_the_engine_only_when_set() -> None:
+    plain = engine_arguments("/m", TierConfig())
+    assert "max_num_batched_tokens" not in plain and "long_prefill_token_threshold" not in plain
+    limited = engine_arguments("/m", TierConfig(max_num_batched_tokens=512, long_prefill_tokens=64))
+    assert limited["max_num_batched_tokens"] == 512
+    assert limited["long_prefill_token_threshold"] == 64

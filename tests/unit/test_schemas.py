@@ -73,3 +73,19 @@ def test_stream_events_round_trip_through_json() -> None:
 def test_malformed_events_are_rejected(raw: bytes) -> None:
     with pytest.raises(ValidationError):
         parse_event(raw)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"messages": [{"role": "user", "content": "hi\x00there"}]},
+        {"messages": [{"role": "user", "content": "hi"}], "conversation_id": "c\x001"},
+    ],
+)
+def test_a_nul_in_stored_text_is_refused_at_the_edge(fields: dict[str, object]) -> None:
+    from pydantic import ValidationError
+
+    from schemas.requests import GenerationRequest
+
+    with pytest.raises(ValidationError, match="NUL"):
+        GenerationRequest.model_validate(fields)

@@ -35,7 +35,7 @@ def test_it_starts_full_and_a_first_token_at_risk_halves_it() -> None:
     assert s.share() == 6 and s.cuts == 1
 
 
-def test_a_cut_holds_then_the_share_grows_one_slot_a_second_while_healthy() -> None:
+def test_a_cut_holds_then_each_healthy_request_grows_the_share_by_one() -> None:
     clock = Clock()
     s = share(clock, start=4)
     s.first_token(2.0)
@@ -44,28 +44,32 @@ def test_a_cut_holds_then_the_share_grows_one_slot_a_second_while_healthy() -> N
     assert s.first_token(5.0) is None  # in the hold: these measured the old share
     assert s.share() == 2
     clock.now += 2.5  # the hold (3 s) is over
+    clock.now += 60.0
+    assert s.share() == 2  # no request, no evidence: no growth
     s.first_token(0.1)
-    clock.now += 1.0
     assert s.share() == 3
-    clock.now += 3.0
-    assert s.share() == 6
+    s.first_token(0.1)
+    assert s.share() == 3  # at most one slot a second
+    clock.now += 1.0
+    s.inter_token(0.05)
+    assert s.share() == 4
 
 
 def test_observations_near_the_slo_hold_the_share() -> None:
     clock = Clock()
     s = share(clock, start=5)
     for _ in range(5):
-        s.first_token(0.6)  # between 0.5 and 0.8 of the SLO
         clock.now += 1.0
+        s.first_token(0.6)  # between 0.5 and 0.8 of the SLO
         assert s.share() == 5
-    clock.now += 1.0
-    assert s.share() == 6  # a quiet interval: it grows again
 
 
 def test_it_never_leaves_its_bounds() -> None:
     clock = Clock()
     s = share(clock, low=2, high=4)
-    clock.now += 60
+    for _ in range(10):
+        clock.now += 1
+        s.first_token(0.1)
     assert s.share() == 4
     for _ in range(5):
         clock.now += 4

@@ -330,7 +330,13 @@ def engine_arguments(model_path: str, config: TierConfig) -> dict[str, Any]:
         # Only whole blocks are cached: vLLM's CPU default of 128 leaves up to 127
         # tokens of every system prompt to recompute; 32 is the smallest it supports.
         block_size = CPU_BLOCK_SIZE
+    # Left out unless set: vLLM then picks its own (it has no "unset" for these).
+    step_limits = {
+        "max_num_batched_tokens": config.max_num_batched_tokens,
+        "long_prefill_token_threshold": config.long_prefill_tokens,
+    }
     return {
+        **{name: value for name, value in step_limits.items() if value is not None},
         "model": model_path,
         "block_size": block_size,
         "dtype": dtype,

@@ -5,9 +5,9 @@ what interactive requests measure, in the manner of AIMD congestion control:
 
 - each interactive first token (and each finished request's mean inter-token time)
   is an observation against the tier's SLO;
-- while every observation since the last change stayed under ``grow_below`` of the
-  SLO, the share grows by one slot each ``grow_every_s``: slowly, since each extra
-  batch sequence makes every engine step a little longer;
+- an observation under ``grow_below`` of the SLO grows the share by one slot, at most
+  one each ``grow_every_s``: slowly, since each extra batch sequence makes every engine
+  step a little longer, and only on evidence (no request, no growth);
 - an observation over ``cut_above`` of the SLO cuts the share by ``cut_factor`` at
   once (the caller makes the batch jobs beyond it give way), and the share then holds
   for ``hold_after_cut_s``: requests already in flight measured the old share;
@@ -29,13 +29,13 @@ class ShareTuning:
     """How the share moves; the defaults suit any engine (they are shares of the SLO)."""
 
     grow_below: float = 0.5
-    """Grow only while observations stay under this share of the SLO."""
+    """An observation under this share of the SLO grows the share."""
     cut_above: float = 0.8
     """Cut when an observation passes this share of the SLO (the SLO is at risk)."""
     cut_factor: float = 0.5
     """A cut multiplies the share by this."""
     grow_every_s: float = 1.0
-    """One slot more per this many seconds of health."""
+    """At most one slot more per this many seconds."""
     hold_after_cut_s: float = 3.0
     """After a cut, neither grow nor cut again for this long."""
 
@@ -92,14 +92,11 @@ class SloShare:
         now = clock()
         self._changed_at = now
         self._cut_at = -math.inf
-        self._worst = 0.0
-        """The largest observation since the last change, as a share of its SLO."""
         self.cuts = 0
 
     def share(self) -> int:
-        """The share now, after any growth that is due."""
+        """The share now."""
         with self._lock:
-            self._grow(self._clock())
             return self._share
 
     def first_token(self, seconds: float) -> ShareChange | None:
@@ -125,31 +122,15 @@ class SloShare:
         tuning = self._tuning
         with self._lock:
             now = self._clock()
-            self._grow(now)
-            held = now - self._cut_at < tuning.hold_after_cut_s
-            if of_slo > tuning.cut_above and not held:
+            if now - self._cut_at < tuning.hold_after_cut_s:
+                return None  # measured with the share before the cut
+            if of_slo > tuning.cut_above:
                 before = self._share
                 self._share = max(self.low, math.floor(before * tuning.cut_factor))
-                self._cut_at = now
-                self._changed_at = now + tuning.hold_after_cut_s  # growth counts from here
-                self._worst = 0.0
+                self._cut_at = self._changed_at = now
                 self.cuts += 1
                 return ShareChange(before, self._share, seconds)
-            if not held:
-                self._worst = max(self._worst, of_slo)
+            if of_slo <= tuning.grow_below and now - self._changed_at >= tuning.grow_every_s:
+                self._share = min(self.high, self._share + 1)
+                self._changed_at = now
             return None
-
-    def _grow(self, now: float) -> None:
-        tuning = self._tuning
-        if now - self._cut_at < tuning.hold_after_cut_s:
-            return
-        if self._worst > tuning.grow_below:
-            # Near the SLO: hold, and judge the next interval afresh.
-            if now - self._changed_at >= tuning.grow_every_s:
-                self._changed_at, self._worst = now, 0.0
-            return
-        steps = int((now - self._changed_at) / tuning.grow_every_s)
-        if steps <= 0:
-            return
-        self._share = min(self.high, self._share + steps)
-        self._changed_at += steps * tuning.grow_every_s
