@@ -58,7 +58,7 @@ class TierConfig(BaseModel):
         ge=1,
         description="a prompt's tokens per engine step while other requests run (vLLM's "
         "long_prefill_token_threshold): a long prompt then shares each step instead of "
-        "filling it; None: vLLM's default",
+        "filling it; None: 128 on a CPU host, vLLM's default on a GPU",
     )
     reserved_interactive_slots: int | None = Field(
         default=None,

@@ -11,6 +11,7 @@ import openai
 import pytest
 
 from schemas.settings import Settings
+from tests.e2e.test_gateway_e2e import MIXED_DIFFICULTY
 from tests.gateway_server import running_gateway
 from tests.integration.test_gateway import new_key
 
@@ -53,7 +54,12 @@ def wait_until(sdk: openai.OpenAI, batch_id: str, statuses: set[str], timeout: f
 
 
 def test_a_batch_completes_with_one_result_per_custom_id(sdk: openai.OpenAI) -> None:
-    lines = [request_line(f"q{i}", f"Name a colour, number {i}.") for i in range(9)]
+    # Mixed difficulty: auto would route the hard lines to tiers no worker serves here;
+    # they go to the nearest served tier, or the batch would never complete.
+    lines = [
+        request_line(f"q{i}", f"{MIXED_DIFFICULTY[i % len(MIXED_DIFFICULTY)]} ({i})")
+        for i in range(9)
+    ]
     lines.insert(4, '{"custom_id": "broken", "body": ')
     batch_id = submit(sdk, lines)
     assert wait_until(sdk, batch_id, {"completed", "failed"}, timeout=240) == "completed"

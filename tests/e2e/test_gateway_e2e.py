@@ -66,6 +66,33 @@ def test_sdk_streaming(sdk: openai.OpenAI, model: str) -> None:
     assert usage is not None and usage.completion_tokens > 0
 
 
+MIXED_DIFFICULTY = [
+    "what time do you open on sunday",
+    "Where is my order?",
+    "Compare your two subscription plans and say which suits a family of four.",
+    "Write a Python function that merges overlapping intervals and explain its complexity.",
+    "Prove that the square root of two is irrational, step by step.",
+]
+
+
+def test_auto_answers_every_difficulty_on_a_small_only_install(sdk: openai.OpenAI) -> None:
+    """The default install serves small alone: auto sends what it would route higher
+    to the nearest served tier, and says so in the headers."""
+    routed = set()
+    for index in range(20):
+        text = MIXED_DIFFICULTY[index % len(MIXED_DIFFICULTY)]
+        raw = sdk.chat.completions.with_raw_response.create(
+            model="auto",
+            messages=[{"role": "user", "content": text}],
+            max_tokens=2,
+            temperature=0,
+        )
+        assert raw.parse().choices[0].message.content is not None
+        assert raw.headers["x-llmq-tier"] == "small"
+        routed.add(raw.headers["x-llmq-routed-tier"])
+    assert "large" in routed  # the classifier wanted large for the hard ones
+
+
 def test_prompts_and_outputs_stay_out_of_the_worker_and_gateway_logs(
     sdk: openai.OpenAI, worker_log: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -241,10 +241,10 @@ def test_the_slo_share_sets_batch_s_cap_while_people_wait() -> None:
     assert lab.switch.calls == [("pause", "llm.small.batch")]  # all of batch_max
     lab.gate.received("i0", "llm.small.interactive")
     assert lab.kept == [6]  # the SLO holds: nothing gives way
-    lab.share.first_token(0.95)  # at risk: the share halves
-    assert lab.gate.batch_cap(lab.gate.running()) == 3
+    lab.share.first_token(0.95)  # at risk: the share is cut to 0.7 of itself
+    assert lab.gate.batch_cap(lab.gate.running()) == 4
     lab.gate.received("i1", "llm.small.interactive")
-    assert lab.kept == [6, 3]
+    assert lab.kept == [6, 4]
     lab.now += 10  # healthy again, and people gone past the hold: all of batch_max
     lab.gate.finished("i0")
     lab.gate.finished("i1")

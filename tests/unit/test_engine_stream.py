@@ -139,8 +139,14 @@ def test_engine_runs_on_asyncios_loop_without_uvloop(monkeypatch: pytest.MonkeyP
 
 
 def test_step_limits_reach_the_engine_only_when_set() -> None:
+    from workers.engine.vllm import CPU_LONG_PREFILL_TOKENS, running_on_cpu
+
     plain = engine_arguments("/m", TierConfig())
-    assert "max_num_batched_tokens" not in plain and "long_prefill_token_threshold" not in plain
+    assert "max_num_batched_tokens" not in plain
+    if running_on_cpu():
+        assert plain["long_prefill_token_threshold"] == CPU_LONG_PREFILL_TOKENS
+    else:
+        assert "long_prefill_token_threshold" not in plain
     limited = engine_arguments("/m", TierConfig(max_num_batched_tokens=512, long_prefill_tokens=64))
     assert limited["max_num_batched_tokens"] == 512
     assert limited["long_prefill_token_threshold"] == 64

@@ -313,6 +313,10 @@ def engine_event_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
+CPU_LONG_PREFILL_TOKENS = 128
+"""A prompt's tokens per engine step on a CPU host while other requests run."""
+
+
 def engine_arguments(model_path: str, config: TierConfig) -> dict[str, Any]:
     """``AsyncEngineArgs`` for a tier; on a CPU host, the settings measured to work there."""
     on_cpu = running_on_cpu()
@@ -330,10 +334,15 @@ def engine_arguments(model_path: str, config: TierConfig) -> dict[str, Any]:
         # Only whole blocks are cached: vLLM's CPU default of 128 leaves up to 127
         # tokens of every system prompt to recompute; 32 is the smallest it supports.
         block_size = CPU_BLOCK_SIZE
+    long_prefill = config.long_prefill_tokens
+    if long_prefill is None and on_cpu:
+        # A CPU step lasts as long as its tokens are many: a whole batch prompt in one
+        # step is a wait of a second or more for every person's next token.
+        long_prefill = CPU_LONG_PREFILL_TOKENS
     # Left out unless set: vLLM then picks its own (it has no "unset" for these).
     step_limits = {
         "max_num_batched_tokens": config.max_num_batched_tokens,
-        "long_prefill_token_threshold": config.long_prefill_tokens,
+        "long_prefill_token_threshold": long_prefill,
     }
     return {
         **{name: value for name, value in step_limits.items() if value is not None},

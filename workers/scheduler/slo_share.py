@@ -11,7 +11,10 @@ what interactive requests measure, in the manner of AIMD congestion control:
 - an observation over ``cut_above`` of the SLO cuts the share by ``cut_factor`` at
   once (the caller makes the batch jobs beyond it give way), and the share then holds
   for ``hold_after_cut_s``: requests already in flight measured the old share;
-- between the two, the share holds.
+- between the two, the share holds;
+- growth back to the share that was last cut waits ``probe_every_s``: that share
+  missed the SLO once, so it is probed rarely, as TCP CUBIC dwells near the window
+  where it last lost packets.
 
 Without interactive work the share is not asked (batch may use its whole maximum).
 """
@@ -28,24 +31,29 @@ from dataclasses import dataclass
 class ShareTuning:
     """How the share moves; the defaults suit any engine (they are shares of the SLO)."""
 
-    grow_below: float = 0.5
+    grow_below: float = 0.6
     """An observation under this share of the SLO grows the share."""
-    cut_above: float = 0.8
+    cut_above: float = 0.9
     """Cut when an observation passes this share of the SLO (the SLO is at risk)."""
-    cut_factor: float = 0.5
-    """A cut multiplies the share by this."""
+    cut_factor: float = 0.7
+    """A cut multiplies the share by this (as TCP CUBIC does: a halving gave back more
+    batch throughput than the SLO needed)."""
     grow_every_s: float = 1.0
     """At most one slot more per this many seconds."""
     hold_after_cut_s: float = 3.0
     """After a cut, neither grow nor cut again for this long."""
+    probe_every_s: float = 30.0
+    """Growth back to the share last cut waits this long since the last change."""
 
     def __post_init__(self) -> None:
         if not 0 < self.grow_below <= self.cut_above:
             raise ValueError("grow_below must be positive and at most cut_above")
         if not 0 <= self.cut_factor < 1:
             raise ValueError("cut_factor must lie in [0, 1)")
-        if self.grow_every_s <= 0 or self.hold_after_cut_s < 0:
-            raise ValueError("grow_every_s must be positive and hold_after_cut_s not negative")
+        if self.grow_every_s <= 0 or self.hold_after_cut_s < 0 or self.probe_every_s <= 0:
+            raise ValueError(
+                "grow_every_s and probe_every_s must be positive, hold_after_cut_s not negative"
+            )
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,8 @@ class SloShare:
         now = clock()
         self._changed_at = now
         self._cut_at = -math.inf
+        self._cut_from = high + 1
+        """The share the last cut came from (none yet: above ``high``)."""
         self.cuts = 0
 
     def share(self) -> int:
@@ -128,9 +138,12 @@ class SloShare:
                 before = self._share
                 self._share = max(self.low, math.floor(before * tuning.cut_factor))
                 self._cut_at = self._changed_at = now
+                self._cut_from = before
                 self.cuts += 1
                 return ShareChange(before, self._share, seconds)
-            if of_slo <= tuning.grow_below and now - self._changed_at >= tuning.grow_every_s:
+            probing = self._share + 1 >= self._cut_from
+            wait = tuning.probe_every_s if probing else tuning.grow_every_s
+            if of_slo <= tuning.grow_below and now - self._changed_at >= wait:
                 self._share = min(self.high, self._share + 1)
                 self._changed_at = now
             return None
