@@ -525,7 +525,31 @@ def report(
         "on this host), and its gateway no trained router, with that tier as the default"
     )
     result["host"] = host_description()
+    result["commit"] = code_commit()
     return result
+
+
+def code_commit() -> str | None:
+    """The commit the measured code is at (with ``+dirty`` if it has changes), or None
+    outside a git checkout."""
+    import subprocess
+
+    folder = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=folder, capture_output=True, text=True
+        )
+        changes = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+        )
+    except OSError:
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("+dirty" if changes.stdout.strip() else "")
 
 
 def _side_details(name: str, side_runs: list[SideRun], events: Sequence[Event]) -> dict[str, Any]:
