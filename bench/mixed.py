@@ -537,10 +537,15 @@ def code_commit() -> str | None:
     folder = Path(__file__).resolve().parent
     try:
         head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=folder, capture_output=True, text=True
+            ["git", "rev-parse", "--short", "HEAD"],
+            check=False,
+            cwd=folder,
+            capture_output=True,
+            text=True,
         )
         changes = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"],
+            check=False,
             cwd=folder,
             capture_output=True,
             text=True,
