@@ -30,6 +30,11 @@ from schemas.events import AnyEvent, ErrorEvent, TerminalEvent, is_terminal, par
 # With no pub/sub message for this long, re-read the log (covers a missed
 # message) and ask the database whether the job already ended.
 IDLE_POLL_S = 1.0
+# Each silence in a row doubles that wait, up to this: a stream whose job waits in a
+# long batch queue would otherwise read the log and the row every second for minutes,
+# and a gateway holding hundreds of such streams spends its host's CPU on them. Any
+# event sets the wait back to IDLE_POLL_S; pub/sub still delivers at once.
+IDLE_POLL_MAX_S = 8.0
 # A reader rides out a Redis restart or failover of up to this long.
 RECONNECT_BUDGET_S = 30.0
 RECONNECT_DELAY_S = 0.5
@@ -100,6 +105,8 @@ class StreamReader:
         self._phase = _Phase.FOLLOW if confirmed_before_job else _Phase.SUBSCRIBING
         self._ask_row_after_replay = False
         self._outage_since: float | None = None
+        self._silences = 0
+        """Listens in a row that brought nothing."""
 
     @property
     def finished(self) -> bool:
@@ -136,6 +143,7 @@ class StreamReader:
             return []
         self._expect(_Phase.FOLLOW)
         found = _message_event(message)
+        self._silences = self._silences + 1 if found is None else 0
         if found is not None and self.wants(found[0]):
             return self._take([found[1]], found[0])
         if found is None or found[0] > self.next_seq:
@@ -198,9 +206,10 @@ class StreamReader:
 
     def _listen_timeout(self) -> float:
         self._check_deadline()
+        idle = min(IDLE_POLL_MAX_S, IDLE_POLL_S * 2 ** min(self._silences, 16))
         if self._deadline is None:
-            return IDLE_POLL_S
-        return max(0.0, min(IDLE_POLL_S, self._deadline - self._clock()))
+            return idle
+        return max(0.0, min(idle, self._deadline - self._clock()))
 
     def _check_deadline(self) -> None:
         if self._deadline is not None and self._clock() >= self._deadline:

@@ -34,9 +34,21 @@ def _gateway(args: argparse.Namespace) -> int:
     from producer.gateway.app import create_app
     from schemas.settings import Settings
 
+    check_auth_exposure(args.host, no_auth=args.no_auth)
     app = create_app(Settings.from_env(), require_keys=not args.no_auth)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
+
+
+def check_auth_exposure(host: str, *, no_auth: bool) -> None:
+    """Refuse ``--no-auth`` off a loopback address: without keys every caller is one
+    tenant, and anyone who can reach the port would read every job, stream and batch.
+    Raises ``ConfigError``."""
+    if no_auth and not is_loopback(host):
+        raise ConfigError(
+            f"--no-auth serves without API keys: it is allowed on a loopback address "
+            f"only, not {host} (create a key with: llmq keys create NAME)"
+        )
 
 
 def register_keys(commands: Any) -> None:

@@ -74,6 +74,10 @@ def encode(event_id: str | None, payload: dict[str, Any]) -> bytes:
 
 HEADERS_WAIT_S = 0.05
 """How long a stream's headers wait for its first event to go out with it."""
+KEEPALIVE_S = 15.0
+"""Before its first event, a stream sends an SSE comment after this long of silence
+(clients' read timeouts are often a minute or a few; a batch job may wait longer)."""
+KEEPALIVE = b": keep-alive\n\n"
 
 
 class SseResponse(StreamingResponse):
@@ -112,7 +116,13 @@ class SseResponse(StreamingResponse):
             await asyncio.wait({first}, timeout=HEADERS_WAIT_S)
             start = {"type": "http.response.start", "status": self.status_code}
             await send({**start, "headers": self.raw_headers})
-            chunk = await first
+            # A job may wait long in its queue: a comment now and then keeps clients
+            # and proxies from taking the silence for a dead connection.
+            while not first.done():
+                done, _ = await asyncio.wait({first}, timeout=KEEPALIVE_S)
+                if not done:
+                    await send({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
+            chunk = first.result()
         finally:
             first.cancel()  # a no-op once read: it stops the read only on a failure
         while chunk is not None:

@@ -69,3 +69,15 @@ def test_a_closed_pipe_ends_quietly() -> None:
     _, err = writer.communicate(timeout=60)
     assert writer.returncode == cli.BROKEN_PIPE_EXIT
     assert err == b""
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.1.2.3", "gateway.internal"])
+def test_the_gateway_refuses_no_auth_off_loopback(host: str) -> None:
+    from producer.gateway.cli import check_auth_exposure
+    from schemas.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="loopback address only"):
+        check_auth_exposure(host, no_auth=True)
+    check_auth_exposure(host, no_auth=False)  # with keys, any address
+    check_auth_exposure("127.0.0.1", no_auth=True)
+    check_auth_exposure("localhost", no_auth=True)

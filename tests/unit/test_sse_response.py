@@ -68,3 +68,23 @@ def test_headers_do_not_wait_long_for_a_job_still_queued() -> None:
 
     assert scenario() == 1
     assert log == ["headers", "first made", "one"]
+
+
+def test_a_stream_waiting_for_its_first_event_sends_keep_alive_comments(
+    monkeypatch: Any,
+) -> None:
+    from producer.gateway import sse
+
+    monkeypatch.setattr(sse, "KEEPALIVE_S", 0.05)
+    log: list[str] = []
+
+    async def body() -> AsyncIterator[bytes]:
+        await asyncio.sleep(0.3)  # queued
+        yield b"one"
+        yield b"two"
+
+    assert run(body(), log) == 1
+    assert log[0] == "headers"
+    keepalives = log[1 : log.index("one")]
+    assert len(keepalives) >= 2 and set(keepalives) == {": keep-alive\n\n"}
+    assert log[-2:] == ["one", "two"]

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from producer.stream_protocol import (
+    IDLE_POLL_MAX_S,
     IDLE_POLL_S,
     RECONNECT_BUDGET_S,
     RECONNECT_DELAY_S,
@@ -100,7 +101,7 @@ def test_silence_reads_the_log_then_asks_the_row() -> None:
     assert reader.receive_log([]) == []
     assert reader.next_action() == ReadRow(2)
     assert reader.receive_row(None) == []
-    assert reader.next_action() == Listen(IDLE_POLL_S)
+    assert reader.next_action() == Listen(2 * IDLE_POLL_S)  # a silence: wait longer
     reader.receive_message(None)
     reader.receive_log([])
     (terminal,) = reader.receive_row(final(2))
@@ -230,3 +231,20 @@ def test_after_a_lost_connection_an_early_reader_subscribes_afresh() -> None:
 def test_only_a_read_from_the_first_event_can_have_joined_before_the_job() -> None:
     with pytest.raises(ValueError, match="first event"):
         StreamReader("j", from_seq=3, confirmed_before_job=True)
+
+
+def test_silences_in_a_row_poll_ever_less_often_until_an_event_comes() -> None:
+    """A stream whose job waits in a long queue must not read the log and the row
+    every second for minutes; pub/sub still brings its first event at once."""
+    reader = following(StreamReader("j"), [])
+    waits = []
+    for _ in range(6):
+        listen = reader.next_action()
+        assert isinstance(listen, Listen)
+        waits.append(listen.timeout)
+        reader.receive_message(None)
+        reader.receive_log([])
+        reader.receive_row(None)
+    assert waits == [IDLE_POLL_S, 2.0, 4.0, IDLE_POLL_MAX_S, IDLE_POLL_MAX_S, IDLE_POLL_MAX_S]
+    assert seqs(reader.receive_message(message(raw_tokens(0, 1)[0]))) == [0]
+    assert reader.next_action() == Listen(IDLE_POLL_S)
