@@ -206,7 +206,7 @@ class StreamReader:
 
     def _listen_timeout(self) -> float:
         self._check_deadline()
-        idle = min(IDLE_POLL_MAX_S, IDLE_POLL_S * 2 ** min(self._silences, 16))
+        idle: float = min(IDLE_POLL_MAX_S, IDLE_POLL_S * 2.0 ** min(self._silences, 16))
         if self._deadline is None:
             return idle
         return max(0.0, min(idle, self._deadline - self._clock()))
