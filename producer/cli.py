@@ -27,6 +27,24 @@ BROKEN_PIPE_EXIT = 141
 
 EXTRA_HINT = "this command needs the worker extra: pip install 'llmq[cpu]' (or 'llmq[gpu]')"
 
+# Modules of an extra other than the worker's, to name the one a missing module is in.
+MODULE_EXTRAS = {
+    "matplotlib": "bench",
+    "openai": "bench",
+    "fastapi": "gateway",
+    "uvicorn": "gateway",
+    "multipart": "gateway",
+    "flower": "gateway",
+}
+
+
+def extra_hint(module: str | None) -> str:
+    """Which extra to install for a missing ``module`` (the worker's unless known)."""
+    extra = MODULE_EXTRAS.get((module or "").partition(".")[0])
+    if extra is None:
+        return EXTRA_HINT
+    return f"this command needs the {extra} extra: pip install 'llmq[{extra}]'"
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``llmq``; returns the process exit code."""
@@ -51,7 +69,7 @@ def run_handler(handler: Handler, args: argparse.Namespace) -> int:
         print(f"llmq: error: {exc}", file=sys.stderr)
         return 1
     except ModuleNotFoundError as exc:
-        print(f"llmq: error: missing module {exc.name!r}; {EXTRA_HINT}", file=sys.stderr)
+        print(f"llmq: error: missing module {exc.name!r}; {extra_hint(exc.name)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("llmq: interrupted", file=sys.stderr)
@@ -99,7 +117,8 @@ def _add_unavailable(
 ) -> None:
     # A plug-in whose dependencies are missing still shows up, and says why.
     def unavailable(_args: argparse.Namespace) -> int:
-        print(f"llmq: error: '{name}' is unavailable ({exc}); {EXTRA_HINT}", file=sys.stderr)
+        hint = extra_hint(exc.name)
+        print(f"llmq: error: '{name}' is unavailable ({exc}); {hint}", file=sys.stderr)
         return 1
 
     command = commands.add_parser(name, help=f"(unavailable: {exc.__class__.__name__})")

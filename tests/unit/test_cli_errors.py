@@ -81,3 +81,14 @@ def test_the_gateway_refuses_no_auth_off_loopback(host: str) -> None:
     check_auth_exposure(host, no_auth=False)  # with keys, any address
     check_auth_exposure("127.0.0.1", no_auth=True)
     check_auth_exposure("localhost", no_auth=True)
+
+
+def test_a_missing_module_names_the_extra_it_comes_in() -> None:
+    from producer.cli import EXTRA_HINT, extra_hint
+
+    assert extra_hint("matplotlib.pyplot") == (
+        "this command needs the bench extra: pip install 'llmq[bench]'"
+    )
+    assert "llmq[gateway]" in extra_hint("fastapi")
+    assert extra_hint("vllm") == EXTRA_HINT
+    assert extra_hint(None) == EXTRA_HINT
