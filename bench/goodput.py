@@ -13,6 +13,7 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from bench.harness import percentile, rounded
 
@@ -194,13 +195,13 @@ def ratio_interval(
     return (round(percentile(ratios, 2.5), 3), round(percentile(ratios, 97.5), 3))
 
 
-def side_keys(name: str, side: SideFigures) -> dict[str, float | int | None]:
+def side_keys(name: str, side: SideFigures) -> dict[str, Any]:
     """One side's figures under its prefix."""
     attainment = side.slo_attainment
     interval = wilson_interval(side.slo_met, side.interactive_n)
     return {
         f"{name}_slo_attainment": None if attainment is None else round(attainment, 4),
-        f"{name}_slo_attainment_ci95": interval,  # type: ignore[dict-item]
+        f"{name}_slo_attainment_ci95": interval,
         f"{name}_batch_goodput_tok_s": side.batch_tok_s,
         f"{name}_interactive_n": side.interactive_n,
         f"{name}_failed": side.failed,

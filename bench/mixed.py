@@ -31,7 +31,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -409,20 +409,14 @@ def run_mixed(
     tier = tier or settings.default_tier
     if blocks < 1:
         raise ValueError("blocks must be at least 1")
-    run_at = partial(
-        _run_rate,
-        settings,
-        minutes=minutes,
-        seed=seed,
-        interactive_rate=interactive_rate,
-        sides=sides,
-        flood_cap=flood_cap,
-        tier=tier,
+    plan = TracePlan(
+        minutes=minutes, seed=seed, interactive_rate=interactive_rate, batch_rate=batch_rate
     )
-    result = run_at(with_restart=with_restart, batch_rate=batch_rate, blocks=blocks)
+    run_at = partial(_run_plan, settings, sides=sides, flood_cap=flood_cap, tier=tier)
+    result = run_at(plan, with_restart=with_restart, blocks=blocks)
     sweep = []
     for rate in flood_rates:
-        at_rate = run_at(with_restart=False, batch_rate=rate, blocks=1)
+        at_rate = run_at(replace(plan, batch_rate=rate), with_restart=False, blocks=1)
         point: dict[str, Any] = {"flood_rate": rate}
         for name in sides:
             for key in ("slo_attainment", "batch_goodput_tok_s", "interactive_n", "failed"):
@@ -433,22 +427,16 @@ def run_mixed(
     return result
 
 
-def _run_rate(
+def _run_plan(
     settings: Settings,
+    plan: TracePlan,
     *,
-    minutes: float,
-    seed: int,
     with_restart: bool,
-    interactive_rate: float,
-    batch_rate: float,
     sides: Sequence[str],
     blocks: int,
     flood_cap: int,
     tier: Tier,
 ) -> dict[str, Any]:
-    plan = TracePlan(
-        minutes=minutes, seed=seed, interactive_rate=interactive_rate, batch_rate=batch_rate
-    )
     events = build_trace(plan)
     runs: dict[str, list[SideRun]] = {name: [] for name in sides}
     made: dict[str, Side] = {}
@@ -497,7 +485,7 @@ def report(
                 run.outcomes, flood_start=plan.flood_start_s, flood_s=flood_s
             )
         ]
-        result |= _side_details(name, side_runs, events)
+        result |= _side_details(name, side_runs, outcomes, events)
     result |= _ratios(figures, windows)
     tier = next(iter(sides.values())).tier
     config = settings.tier(tier)
@@ -557,16 +545,21 @@ def code_commit() -> str | None:
     return head.stdout.strip() + ("+dirty" if changes.stdout.strip() else "")
 
 
-def _side_details(name: str, side_runs: list[SideRun], events: Sequence[Event]) -> dict[str, Any]:
-    outcomes = [o for run in side_runs for o in run.outcomes]
+def _side_details(
+    name: str, side_runs: list[SideRun], outcomes: list[Outcome], events: Sequence[Event]
+) -> dict[str, Any]:
+    """CPU per token, quality, restarts, errors and TTFT samples of one side's
+    ``outcomes`` (every block's)."""
     details: dict[str, Any] = {}
     tokens = sum(o.tokens for o in outcomes if o.ok)
     cpu_s = sum(run.cpu_s for run in side_runs)
     details[f"{name}_cpu_s"] = round(cpu_s, 1)
     details[f"{name}_cpu_ms_per_token"] = round(1000.0 * cpu_s / tokens, 2) if tokens else None
-    scores = [score_quality(events, run.outcomes) for run in side_runs]
-    details[f"{name}_quality"] = scores[0][0]
-    details[f"{name}_quality_cases_scored"] = sum(scored for _, scored, _ in scores)
+    quality, scored, why = score_quality(events, outcomes)
+    details[f"{name}_quality"] = quality
+    details[f"{name}_quality_cases_scored"] = scored
+    if why is not None:
+        details[f"{name}_quality_null_reason"] = why
     details[f"{name}_restart_took_s"] = [run.restart_s for run in side_runs]
     restart_errors = [run.restart_error for run in side_runs if run.restart_error]
     if restart_errors:

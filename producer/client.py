@@ -22,6 +22,7 @@ from producer.jobs import (
     insert_job,
     load_job,
     new_job_id,
+    routed_tier_of,
     terminal_event_from_row,
 )
 from producer.limits import count_text_tokens, preload_tokenizer, tokenizer_file
@@ -227,13 +228,8 @@ class Client:
                 (prepared - started) * 1000,
                 (done - prepared) * 1000,
             )
-        routed = (job.routing or {}).get("routed_tier")
         return JobHandle(
-            self,
-            job.id,
-            Tier(job.tier),
-            Priority(job.priority),
-            routed_tier=Tier(routed) if routed else None,
+            self, job.id, Tier(job.tier), Priority(job.priority), routed_tier=routed_tier_of(job)
         )
 
     def _message_first(self, submission: Submission, job_id: str | None) -> JobMessage | None:

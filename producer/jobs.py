@@ -16,7 +16,7 @@ from schemas.db_clock import db_now
 from schemas.errors import IdempotencyConflict, InvalidRequest, JobNotFound
 from schemas.events import FinalEvent, TerminalEvent, Timings, Usage, error_event
 from schemas.jobs import CANCELLED_MESSAGE, JobStatus, could_be_job_id
-from schemas.queues import Priority
+from schemas.queues import Priority, Tier
 from schemas.requests import GenerationRequest, RoutingDecision
 from schemas.tables import Job, as_utc
 
@@ -216,3 +216,10 @@ def terminal_event_from_row(job: Job, seq: int) -> TerminalEvent | None:
     if JobStatus(job.status).is_final:
         return error_event(seq, job.error or f"the job ended {job.status}", job.status)
     return None
+
+
+def routed_tier_of(job: Job) -> Tier | None:
+    """For an ``auto`` job, the tier the classifier chose (its routing's
+    ``routed_tier``); None for an explicit tier or a row from before it was kept."""
+    routed = (job.routing or {}).get("routed_tier")
+    return Tier(routed) if routed else None

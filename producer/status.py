@@ -91,12 +91,6 @@ def render_status(client: redis.Redis) -> str:
     return "\n".join(lines)
 
 
-def unread_queues(depths: list[QueueDepth], workers: list[WorkerEntry]) -> list[QueueDepth]:
-    """Queues holding work that no live worker (warm or starting) reads."""
-    served = {w.tier for w in workers}
-    return [d for d in depths if d.depth and d.tier not in served]
-
-
 def _unread(depth: QueueDepth, served: set[Tier]) -> str:
     if depth.depth and depth.tier not in served:
         return "  ! no worker reads this queue"

@@ -44,6 +44,7 @@ from producer.gateway.ratelimit import (
     record_auth_failure,
 )
 from producer.gateway.sse import SseResponse, sse_events
+from producer.jobs import routed_tier_of
 from schemas.errors import LlmqError
 from schemas.queues import Priority, Tier
 from schemas.settings import Settings
@@ -234,13 +235,12 @@ class Gateway:
         try:
             if resume is not None:
                 row = await self.owned_job(resume[0], identity)
-                routed = (row.routing or {}).get("routed_tier")
                 handle = AsyncJobHandle(
                     self.client,
                     row.id,
                     Tier(row.tier),
                     Priority(row.priority),
-                    routed_tier=Tier(routed) if routed else None,
+                    routed_tier=routed_tier_of(row),
                 )
             elif identity is not None:
                 async with self.fairness.submitting(identity.id):
