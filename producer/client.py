@@ -67,7 +67,7 @@ class Client:
         """Connect to Redis and the database; with ``warm`` (the default), do it now.
 
         Warming loads the tiers' tokenizers and opens every connection up front, so the
-        first ``submit`` costs what every later one does (about 200 ms saved here).
+        first ``submit`` costs what every later one does.
         """
         self.settings = settings
         self._redis = redis_client or broker_client(settings.broker_url)
@@ -273,9 +273,9 @@ class Client:
         The worker reads the message, renders the prompt and hands it to its engine in
         the next few milliseconds, and only then needs the row (its claim). The insert's
         CPU (and the database's) would compete with that start where producer, worker
-        and engine share a host's free cores, as on a small CPU host: 3 ms measured
-        there 2-3 ms off the first token (README, "The job row's insert"). Where they do
-        not share cores the row still lands long before the first token.
+        and engine share a host's free cores, as on a small CPU host (what the delay is
+        worth there: docs/architecture.md, "The job row's insert"). Where they do not
+        share cores the row still lands long before the first token.
         """
         delay_ms = self.settings.row_write_delay_ms
         if delay_ms > 0:

@@ -88,12 +88,12 @@ def conservative_token_count(request: GenerationRequest, system_text: str | None
     Per text: a token for every digit, ASCII punctuation mark and space before one of
     those (vocabularies split numbers, codes and dates that finely), one per 3 bytes of
     the remaining ASCII (words: real vocabularies spend 4-5 bytes of English per token)
-    and two per CJK character (they take 1-1.6). Measured against SmolLM2's tokenizer
-    it counts 1.0-1.6x the real tokens on prose, code, order numbers, dates, prices and
-    Chinese. The price: a prompt near the window's edge may be refused early (the
-    bundled 2,160-token ``support`` prompt counts ~3,500); a tier's ``tokenizer``
-    setting gives the exact count. Random strings (base64) come out below the real
-    count: the worker's exact check still catches those.
+    and two per CJK character (they take 1-1.6). It is meant to count at least the real
+    tokens of prose, code, order numbers, dates, prices and Chinese (the measured range
+    is in docs/operations.md, "Tier table"). The price: a prompt near the window's edge
+    may be refused early; a tier's ``tokenizer`` setting gives the exact count. Random
+    strings (base64) come out below the real count: the worker's exact check still
+    catches those.
     """
     contents = _contents(request, system_text)
     return sum(_estimate(text) for text in contents) + TEMPLATE_TOKENS_PER_MESSAGE * len(contents)
@@ -131,7 +131,7 @@ def _warn_estimating(tier: Tier) -> None:
 
 
 def preload_tokenizer(tokenizer_path: Path | None) -> None:
-    """Load a tokenizer (file or model folder) ahead of the first request (~100 ms)."""
+    """Load a tokenizer (file or model folder) now, so the first request does not pay for it."""
     if tokenizer_path is not None:
         _load_tokenizer(str(tokenizer_path))
 

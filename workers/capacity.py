@@ -50,9 +50,8 @@ class Switch(Protocol):
 
 # A resumed queue joins only the worker's *next* BRPOP: one already waiting on the
 # other queues runs out its timeout first. While a queue is paused the worker polls
-# with this short timeout, so a freed slot is filled within it. Measured on a 16-slot
-# CPU worker running 200 eight-token batch jobs: at the usual 0.1 s the batch slots
-# held 9.9 jobs of 12 on average, at 0.01 s 11.1 (21.5 -> 23.9 jobs/s).
+# with this short timeout, so a freed slot is filled within it (the measurement that
+# chose it is in docs/scheduling.md, "Interactive first").
 PAUSED_POLL_S = 0.01
 
 

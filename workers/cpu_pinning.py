@@ -8,11 +8,10 @@ put one of its threads on a compute core in the middle of a model step, and that
 threads to the cores left free. On a GPU, or where vLLM bound nothing, nothing changes.
 
 vLLM's engine-core process is left where the OS puts it, as vLLM's own server leaves
-it. Moved onto the free cores too, where it shares a core with the worker's threads,
-it finished each step later: on a 2-core Xeon with AMX, a lone request's prefill step
-took 41.3 ms against 40.3 ms left alone (39.3-39.7 ms under vLLM's server), and its
-first token reached the client 1.4 ms later (four blocks of 40 requests each way,
-alternating, two sittings).
+it. Moved onto the free cores too, it would share a core with the worker's threads,
+and it must run at the end of every step to start the next one (the measurements
+behind this are in docs/architecture.md, "The worker's threads stay off the engine's
+compute cores").
 """
 
 from __future__ import annotations

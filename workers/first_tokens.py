@@ -3,10 +3,10 @@
 An engine step takes every waiting request it has room for: a batch job handed to the
 engine while an interactive request waits for its first token shares that request's
 prefill step. On a GPU that costs little; on a CPU a prefill step takes about as long
-as the prompt is, so the person's first token waits for both prompts (one more prefill,
-60-70 ms on a 2-core CPU host). So a batch job about to start waits until no
+as the prompt is, so the person's first token waits for both prompts (one more
+prefill). So a batch job about to start waits until no
 interactive request of this worker is before its first token, for at most
-``WAIT_MAX_S``: an interactive first token takes tens of milliseconds, and a ticket
+``WAIT_MAX_S`` (far above an interactive first token's SLO), and a ticket
 that was never given back (a path that forgot it) stops counting after ``TICKET_TTL_S``.
 """
 

@@ -1,7 +1,7 @@
 """One variant's block: its worker up (started here if none is), then down again.
 
-On a small host (this project's 2-core CPU machine) two vLLM engines slow each other
-even when they take turns, so the gate runs A's cases with only A's engine up, then
+On a small CPU host two vLLM engines slow each other even when they take turns (their
+idle threads spin), so the gate runs A's cases with only A's engine up, then
 B's with only B's. A worker is started as ``llmq worker --tier T`` in a child process
 (the producer never imports the workers package) and stopped when its block ends; a
 worker that was already serving the tier is used as it is and left running.

@@ -1,4 +1,8 @@
-"""The difficulty classifier: text in, tier probabilities out, in well under 5 ms."""
+"""The difficulty classifier: text in, tier probabilities out, within the 5 ms budget.
+
+No torch: a table lookup, a mean and a small softmax head (``llmq bench classifier``
+measures the latency per decision against the budget).
+"""
 
 from __future__ import annotations
 

@@ -134,8 +134,8 @@ class VllmEngine:
             self._pump(prompt_token_ids, options, request_id, deltas), self._loop
         )
         # But only once the engine has it: the hand-over is Python on the engine's loop
-        # thread, and the caller's next work (a claim's SQL) would take the GIL from it.
-        # Measured on a 2-core CPU host: the first token 1.5-2 ms sooner.
+        # thread, and the caller's next work (a claim's SQL) would take the GIL from it
+        # and delay the first token (docs/architecture.md, "The claim").
         handover.wait(HANDOVER_WAIT_S)
         self._handovers.pop(request_id, None)
         return _Submitted(future, self._read(future, deltas, stop))
@@ -371,11 +371,8 @@ def cpu_dtype(cpuinfo: Path = Path("/proc/cpuinfo")) -> Literal["bfloat16", "flo
     """The faster dtype for this CPU: bfloat16 where it multiplies bfloat16 in hardware
     (AMX, or AVX-512 BF16), else float32.
 
-    Measured with the bundled model: with AMX, bfloat16 halves the time per token
-    (first token 64 -> 44 ms, 170 -> 330 tokens/s for 16 streams); with AVX-512 BF16
-    and no AMX (an AMD EPYC), one stream goes from 15 to 22 tokens/s and 16 streams
-    from 157 to 236; with neither (AVX2 only), bfloat16 is emulated and about 4x
-    slower than float32.
+    Without such hardware bfloat16 is emulated and slower than float32; the
+    measurements per CPU are in docs/quality.md ("The quantization demo").
     """
     try:
         flags = set(cpuinfo.read_text(encoding="utf-8", errors="replace").split())
