@@ -137,7 +137,16 @@ def register_up(commands: Any) -> None:
     up = commands.add_parser(
         "up", help="run the whole stack locally on the embedded default (Ctrl-C stops it)"
     )
-    up.add_argument("--tier", default=None, help="tier of the worker (default: the default tier)")
+    which = up.add_mutually_exclusive_group()
+    which.add_argument(
+        "--tier", default=None, help="tier of the worker (default: the default tier)"
+    )
+    which.add_argument(
+        "--tiers",
+        default=None,
+        help="several tiers, one worker each, from this host: small,large or all "
+        "(every configured tier); the host's memory is split between their engines",
+    )
     up.add_argument("--concurrency", type=int, default=None)
     up.add_argument(
         "--verbose",
@@ -149,8 +158,12 @@ def register_up(commands: Any) -> None:
 
 def _up(args: argparse.Namespace) -> int:
     from schemas.settings import Settings
+    from workers.memory_split import parse_tiers
     from workers.up import run_up
 
     settings = Settings.from_env()
-    tier = Tier(args.tier) if args.tier else settings.default_tier
-    return run_up(settings, tier=tier, concurrency=args.concurrency, verbose=args.verbose)
+    if args.tiers:
+        tiers = parse_tiers(args.tiers, list(settings.tiers))
+    else:
+        tiers = [Tier(args.tier) if args.tier else settings.default_tier]
+    return run_up(settings, tiers=tiers, concurrency=args.concurrency, verbose=args.verbose)

@@ -1,17 +1,24 @@
-"""``llmq up``: Redis, the database, the bundled model and one warm worker, locally."""
+"""``llmq up``: Redis, the database, the bundled models and warm workers, locally.
+
+One worker by default (the default tier); ``--tiers small,large`` or ``--tiers all``
+serves several tiers from one host, one worker each, warmed one after another and with
+the host's memory split between their engines (``workers.memory_split``).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
+import psutil
 import redis
 
 from schemas.boundary import redact_url
@@ -20,6 +27,7 @@ from schemas.errors import BrokerUnavailable, EngineError, LlmqError
 from schemas.queues import Tier
 from schemas.settings import Settings
 from workers.console import StartupView, default_log_path, explain_notes, output_to_file
+from workers.memory_split import split_memory
 from workers.models import resolve_model
 from workers.supervise import start_worker_process, stop_process, wait_until_warm
 
@@ -27,9 +35,14 @@ LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 
 
 def run_up(
-    settings: Settings, *, tier: Tier, concurrency: int | None, verbose: bool = False
+    settings: Settings,
+    *,
+    tiers: Sequence[Tier],
+    concurrency: int | None,
+    verbose: bool = False,
 ) -> int:
-    """Bring the stack up, wait for the worker to be warm, serve until Ctrl-C (or SIGTERM).
+    """Bring the stack up, wait for each tier's worker to be warm, serve until Ctrl-C
+    (or SIGTERM). Raises ``ConfigError`` when the host's memory cannot hold the engines.
 
     Unless ``verbose``, everything the database migration, the model conversion and the
     worker (with its engine processes) print goes to a log file; the terminal gets a few
@@ -42,13 +55,13 @@ def run_up(
     # A closed terminal must not leave the worker and its engine running.
     signal.signal(signal.SIGHUP, _interrupt)
     if verbose:
-        return _serve(settings, tier, concurrency, StartupView(sys.stdout, prefix="llmq up"))
+        return _serve(settings, tiers, concurrency, StartupView(sys.stdout, prefix="llmq up"))
     log_path = default_log_path(settings.model_cache_dir / "logs", "up")
     with output_to_file(log_path) as terminal:
         view = StartupView(terminal, prefix="llmq up")
         view.say(f"logs go to {log_path} (--verbose shows them here)")
         try:
-            return _serve(settings, tier, concurrency, view, log_path=log_path)
+            return _serve(settings, tiers, concurrency, view, log_path=log_path)
         except LlmqError:
             view.say(f"failed; the full log is {log_path}")
             raise
@@ -56,36 +69,76 @@ def run_up(
 
 def _serve(
     settings: Settings,
-    tier: Tier,
+    tiers: Sequence[Tier],
     concurrency: int | None,
     view: StartupView,
     *,
     log_path: Path | None = None,
 ) -> int:
+    env = _split_env(settings, tiers)
+    workers: list[subprocess.Popen[bytes]] = []
     with local_redis(settings.broker_url, say=view.say):
         _run(["db", "upgrade"])
         view.say(f"database ready: {redact_url(settings.database_url)}")
-        model = resolve_model(settings.tier(tier).model, settings.bundled_model_dir)
-        view.say(f"model ready: {model}")
-        worker = start_worker_process(settings, tier, concurrency=concurrency)
         try:
-            view.warming(f"{tier} worker")
-            wait_until_warm(settings, tier, worker, on_phase=view.phase)
-            took = view.done()
-            view.say(f"ready: one warm {tier} worker (warmed in {took:.0f} s). Try:")
+            # One engine warming at a time: two at once fight for the same cores.
+            for tier in tiers:
+                model = resolve_model(settings.tier(tier).model, settings.bundled_model_dir)
+                view.say(f"model ready for {tier}: {model}")
+                worker = start_worker_process(settings, tier, concurrency=concurrency, env=env)
+                workers.append(worker)
+                view.warming(f"{tier} worker")
+                wait_until_warm(settings, tier, worker, on_phase=view.phase)
+                took = view.done()
+                view.say(f"{tier} worker warm (in {took:.0f} s)")
+            names = ", ".join(str(tier) for tier in tiers)
+            view.say(f"ready: one warm worker for each of {names}. Try:")
             view.say("  llmq submit 'Where is my order?'   # streams an answer")
             view.say("  llmq top                           # queues, workers, latency, live")
             if log_path is not None and (note := explain_notes(log_path)):
                 view.say(f"note: {note}")
             view.say("Ctrl-C stops everything.")
-            return worker.wait()
+            return _wait_any(workers)
         except KeyboardInterrupt:
             view.done()
-            view.say("stopping the worker (it finishes what it is running)...")
+            view.say("stopping the workers (each finishes what it is running)...")
             return 0
         finally:
             view.done()
-            stop_process(worker)
+            for worker in workers:
+                stop_process(worker)
+
+
+def _split_env(settings: Settings, tiers: Sequence[Tier]) -> dict[str, str] | None:
+    """The workers' environment: for several tiers, a tier table with memory split."""
+    if len(tiers) <= 1:
+        return None
+    from workers.engine.vllm import CPU_KV_CACHE_GB, running_on_cpu
+
+    split = split_memory(
+        tiers,
+        dict(settings.tiers),
+        on_cpu=running_on_cpu(),
+        cpu_default_kv_gb=CPU_KV_CACHE_GB,
+        available_gb=psutil.virtual_memory().available / 2**30,
+    )
+    table = {str(tier): config.model_dump(mode="json") for tier, config in settings.tiers.items()}
+    table |= {str(tier): config.model_dump(mode="json") for tier, config in split.items()}
+    folder = settings.model_cache_dir.expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "up-tiers.json"
+    path.write_text(json.dumps(table, indent=2))
+    return {"LLMQ_TIERS_FILE": str(path)}
+
+
+def _wait_any(workers: Sequence[subprocess.Popen[bytes]]) -> int:
+    """Serve until a worker exits; its exit status (the others are stopped after)."""
+    while True:
+        for worker in workers:
+            code = worker.poll()
+            if code is not None:
+                return code
+        time.sleep(1.0)
 
 
 def _interrupt(_signum: int, _frame: object) -> None:
