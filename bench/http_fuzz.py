@@ -668,7 +668,8 @@ def _unknown_paths_and_methods(rng: random.Random, inputs: _Inputs) -> HttpCase:
     body = rng.choice((b"", b"{}", _json_bytes(_gateway_body(rng))))
     if method in ("GET", "HEAD", "DELETE", "OPTIONS", "TRACE") and rng.random() < 0.7:
         body = b""
-    authenticated = bool(headers) or not (path == "/v1" or path.startswith("/v1/"))
+    keyed = path == "/v1" or path.startswith("/v1/") or path == "/metrics"
+    authenticated = bool(headers) or not keyed
     return HttpCase("unknown_route", method, path, tuple(headers), body, authenticated)
 
 

@@ -22,6 +22,7 @@ from producer.jobs import (
     insert_job,
     load_job,
     new_job_id,
+    probe_database,
     routed_tier_of,
     terminal_event_from_row,
 )
@@ -341,6 +342,13 @@ class Client:
             self._redis.ping()
         self._enqueuer.connect()
         check_database(self._sessions)
+
+    def ready(self) -> None:
+        """Whether Redis and the job database answer now: one ping and one read, nothing
+        written. Raises ``BrokerUnavailable`` or ``DatabaseUnavailable``."""
+        with broker_boundary("reach Redis"):
+            self._redis.ping()
+        probe_database(self._sessions)
 
     def count_tokens(self, text: str, tier: Tier) -> int:
         """Tokens of ``text`` by ``tier``'s tokenizer, else the conservative estimate

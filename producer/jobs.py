@@ -166,6 +166,13 @@ def check_database(sessions: sessionmaker[Session]) -> None:
             session.rollback()
 
 
+def probe_database(sessions: sessionmaker[Session]) -> None:
+    """Read one id from the jobs table (nothing is written); raises ``DatabaseUnavailable``
+    when the database cannot be reached or has no jobs table."""
+    with database_boundary("use the job database"), sessions() as session:
+        session.execute(select(Job.id).limit(1)).first()
+
+
 def cancel_if_queued(sessions: sessionmaker[Session], job_id: str) -> bool:
     """Mark a job that no worker has claimed yet as cancelled; False if it was not queued.
 

@@ -217,6 +217,24 @@ class Settings(BaseSettings):
     auth_failures_per_min: int = Field(
         default=20, ge=1, description="failed authentications per client address and minute"
     )
+    metrics_refresh_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description="the gateway reads the cluster's series for /metrics (queues, workers, "
+        "dead letters) this often, in a thread of its own, and serves the last good read",
+    )
+    metrics_require_key: bool = Field(
+        default=True,
+        description="when the gateway requires keys, /metrics needs one too (any valid API "
+        "key, sent as Authorization: Bearer); false: /metrics is open to whoever reaches it",
+    )
+    readyz_cache_s: float = Field(
+        default=2.0,
+        ge=0,
+        le=60,
+        description="the gateway answers /readyz from its last check for this long",
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = Field(
         default="INFO", description="a worker's log level (Celery's and its own)"
     )

@@ -12,7 +12,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any
+from typing import Any, NoReturn
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -36,13 +36,8 @@ from producer.gateway.fairness import KeyFairness
 from producer.gateway.guard import FrontDoor
 from producer.gateway.keys import KEY_CACHE_S, KeyIdentity, authenticate, hash_secret
 from producer.gateway.metrics import GatewayMetrics
-from producer.gateway.queue_metrics import QueueCollector
-from producer.gateway.ratelimit import (
-    auth_blocked,
-    known_key_limits,
-    over_limit,
-    record_auth_failure,
-)
+from producer.gateway.ratelimit import auth_blocked, over_limit, record_auth_failure
+from producer.gateway.scrape import ClusterScrape, ScrapeAge
 from producer.gateway.sse import SseResponse, sse_events
 from producer.jobs import routed_tier_of
 from schemas.errors import LlmqError
@@ -66,7 +61,11 @@ class Gateway:
         self.require_keys = require_keys
         self.key_cache_s = key_cache_s
         self.metrics = GatewayMetrics()
+        self.cluster = ClusterScrape(settings, refresh_s=settings.metrics_refresh_s)
+        self.metrics.registry.register(ScrapeAge(self.cluster))
         self._client: AsyncClient | None = None
+        self._ready: tuple[float, LlmqError | None] | None = None
+        self._ready_lock = asyncio.Lock()
         # By the key's hash, never the secret: a memory dump must not yield live keys.
         self._keys: dict[str, tuple[KeyIdentity, float]] = {}
         self.fairness = KeyFairness(
@@ -86,9 +85,12 @@ class Gateway:
     @asynccontextmanager
     async def lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
         self._client = await asyncio.to_thread(AsyncClient, self.settings)
-        self.metrics.registry.register(QueueCollector(self._client.sync))
-        yield
-        await self._client.aclose()
+        self.cluster.start()
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(self.cluster.stop)
+            await self._client.aclose()
 
     async def identify(self, request: Request) -> KeyIdentity | None:
         """The caller's key, as the front door checked it (None when keys are off)."""
@@ -102,28 +104,19 @@ class Gateway:
     async def authorize(self, authorization: str, address: str) -> KeyIdentity:
         """The key behind an Authorization header; enforces the login and rate limits.
 
-        Raises ``GatewayError``: 429 for an address with too many recent failed logins
-        (checked before the key, so guessing keys costs) or a key over its rate, 401 for
-        a missing or invalid key.
+        A valid key is always looked at, and admitted (within its own rate) even from an
+        address blocked for failed logins: behind a load balancer or NAT, other clients'
+        bad keys must not lock a tenant out. Only a missing or invalid key from a blocked
+        address is refused with the block.
+
+        Raises ``GatewayError``: 429 for a key over its rate, or a bad key from an address
+        with too many recent failed logins; 401 for a missing or invalid key.
         """
-        limit = self.settings.auth_failures_per_min
         scheme, _, secret = authorization.partition(" ")
-        known = self._cached_key(secret.strip()) if scheme.lower() == "bearer" else None
-        if known is not None:
-            return await self._admit_known(known, address)
-        blocked = await auth_blocked(self.client.redis, address, limit)
-        if blocked is not None:
-            raise GatewayError(
-                f"too many failed authentications from this address (limit {limit}/min)",
-                rate_limited(blocked),
-            )
-        if scheme.lower() != "bearer" or not secret.strip():
-            await record_auth_failure(self.client.redis, address)
-            raise GatewayError("missing API key: send Authorization: Bearer <key>", UNAUTHORIZED)
-        identity = await self._authenticate(secret.strip())
+        secret = secret.strip() if scheme.lower() == "bearer" else ""
+        identity = await self._authenticate(secret) if secret else None
         if identity is None:
-            await record_auth_failure(self.client.redis, address)
-            raise GatewayError("invalid API key", UNAUTHORIZED)
+            await self._refuse(address, missing=not secret)
         wait = await over_limit(self.client.redis, identity.id, identity.rate_limit_per_min)
         if wait is not None:
             raise GatewayError(
@@ -132,27 +125,20 @@ class Gateway:
             )
         return identity
 
-    async def _admit_known(self, identity: KeyIdentity, address: str) -> KeyIdentity:
-        """A valid key's login and rate limits, both in one Redis round trip."""
-        blocked, wait = await known_key_limits(
-            self.client.redis,
-            address=address,
-            auth_failures_per_min=self.settings.auth_failures_per_min,
-            key_id=identity.id,
-            requests_per_min=identity.rate_limit_per_min,
-        )
+    async def _refuse(self, address: str, *, missing: bool) -> NoReturn:
+        """Refuse a missing or invalid key: 429 while ``address`` is blocked (counted no
+        further), else 401 (counted against it)."""
+        limit = self.settings.auth_failures_per_min
+        blocked = await auth_blocked(self.client.redis, address, limit)
         if blocked is not None:
             raise GatewayError(
-                "too many failed authentications from this address "
-                f"(limit {self.settings.auth_failures_per_min}/min)",
+                f"too many failed authentications from this address (limit {limit}/min)",
                 rate_limited(blocked),
             )
-        if wait is not None:
-            raise GatewayError(
-                f"rate limit of {identity.rate_limit_per_min} requests/min exceeded",
-                rate_limited(wait),
-            )
-        return identity
+        await record_auth_failure(self.client.redis, address)
+        if missing:
+            raise GatewayError("missing API key: send Authorization: Bearer <key>", UNAUTHORIZED)
+        raise GatewayError("invalid API key", UNAUTHORIZED)
 
     def _cached_key(self, secret: str) -> KeyIdentity | None:
         """The identity of a key checked less than ``key_cache_s`` ago, else None."""
@@ -187,14 +173,31 @@ class Gateway:
         return {"status": "ok"}
 
     async def readyz(self) -> JSONResponse:
-        try:
-            await self.client.warm()
-        except LlmqError as exc:
-            return error_response(exc)
+        failure = await self._readiness()
+        if failure is not None:
+            return error_response(failure)
         return JSONResponse({"status": "ready"})
 
+    async def _readiness(self) -> LlmqError | None:
+        """Why the gateway is not ready (None: it is), as checked at most
+        ``readyz_cache_s`` ago: a probe flood costs one ping and one read per period."""
+        async with self._ready_lock:
+            if self._ready is not None:
+                checked_at, failure = self._ready
+                if time.monotonic() - checked_at < self.settings.readyz_cache_s:
+                    return failure
+            try:
+                await asyncio.to_thread(self.client.sync.ready)
+                failure = None
+            except LlmqError as exc:
+                failure = exc
+            self._ready = (time.monotonic(), failure)
+            return failure
+
     async def prometheus(self) -> Response:
-        body = generate_latest(self.metrics.registry)
+        # The gateway's own series are in memory; the cluster's come from the last
+        # rendering (scrape.py), so a scrape never waits on Redis or the database.
+        body = generate_latest(self.metrics.registry) + self.cluster.read()
         return Response(body, media_type="text/plain; version=0.0.4")
 
     async def models(self, request: Request) -> dict[str, Any]:
@@ -339,6 +342,7 @@ def create_app(
         max_body_bytes=settings.max_body_bytes,
         on_error=error_response,
         upload_paths=frozenset({FILES_PATH}),
+        keyed_paths=frozenset({"/metrics"} if settings.metrics_require_key else ()),
         max_upload_bytes=settings.max_upload_bytes,
     )
     app.add_exception_handler(LlmqError, _llmq_error)  # type: ignore[arg-type]

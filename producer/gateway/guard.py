@@ -1,8 +1,9 @@
 """The gateway's front door, a pure ASGI middleware run before any route.
 
-In this order, for every HTTP request: an address that failed authentication too
-often is refused (429), a ``/v1`` call without a valid key is refused (401) and a key
-over its request rate is refused (429), all from the headers alone; then the body is
+In this order, for every HTTP request: a ``/v1`` call without a valid key is refused
+(401, or 429 from an address that failed authentication too often; a valid key is
+never refused for its address) and a key over its request rate is refused (429), all
+from the headers alone; then the body is
 read, at most ``max_body_bytes`` of it (413 beyond). Only then does FastAPI parse
 anything, so an unauthenticated or oversized body costs neither parsing nor memory.
 """
@@ -25,7 +26,8 @@ Authorize = Callable[[str, str], Awaitable[KeyIdentity | None]]
 
 
 class FrontDoor:
-    """Authenticates ``/v1`` calls from their headers, then bounds the body."""
+    """Authenticates ``/v1`` calls (and ``keyed_paths``, such as ``/metrics``) from their
+    headers, then bounds the body."""
 
     def __init__(
         self,
@@ -36,9 +38,11 @@ class FrontDoor:
         on_error: Callable[[LlmqError], Response],
         upload_paths: frozenset[str] = frozenset(),
         max_upload_bytes: int = 0,
+        keyed_paths: frozenset[str] = frozenset(),
     ) -> None:
         self.app = app
         self.authorize = authorize
+        self.keyed_paths = keyed_paths
         self.max_body_bytes = max_body_bytes
         self.upload_paths = upload_paths
         self.max_upload_bytes = max_upload_bytes
@@ -50,7 +54,8 @@ class FrontDoor:
             return
         try:
             path: str = scope["path"]
-            if self.authorize is not None and (path == "/v1" or path.startswith("/v1/")):
+            keyed = path == "/v1" or path.startswith("/v1/") or path in self.keyed_paths
+            if self.authorize is not None and keyed:
                 headers = _headers(scope)
                 client = scope.get("client")
                 address = client[0] if client else "unknown"

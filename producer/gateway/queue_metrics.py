@@ -1,4 +1,5 @@
-"""Cluster state as Prometheus series, read at scrape time: every tier queue's depth and
+"""Cluster state as Prometheus series (the gateway renders them off its event loop,
+:mod:`producer.gateway.scrape`): every tier queue's depth and
 oldest-message age, Redis reachable or not, workers by tier and warmth, auto-routing
 decisions, and dead-lettered jobs.
 
@@ -10,15 +11,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import Protocol
 
 import redis
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
 
-from producer.client import Client
-from producer.status import live_workers, oldest_waiting_age
+from producer.status import QueueDepth, live_workers, oldest_waiting_age
 from schemas.errors import LlmqError
 from schemas.jobs import JobStatus
 from schemas.queues import ROUTING_COUNTS_KEY, Tier, queue_name
@@ -27,10 +28,25 @@ from schemas.tables import Job
 log = logging.getLogger(__name__)
 
 
-class QueueCollector(Collector):
-    """Reads Redis (and a few job rows) at scrape time; never fails the scrape."""
+class ClusterSource(Protocol):
+    """The connections the collector reads through (a :class:`producer.client.Client`
+    has them; the gateway opens its own for each render)."""
 
-    def __init__(self, client: Client) -> None:
+    @property
+    def redis(self) -> redis.Redis: ...
+
+    @property
+    def sessions(self) -> sessionmaker[Session]: ...
+
+    def queue_depths(self) -> list[QueueDepth]: ...
+
+
+class QueueCollector(Collector):
+    """Reads Redis (and a few job rows) when collected. Redis unreachable is a series
+    (``llmq_redis_up`` 0); a database error is raised (SQLAlchemy's), so the caller
+    keeps the series it last read rather than publishing a partial picture."""
+
+    def __init__(self, client: ClusterSource) -> None:
         self._client = client
 
     def collect(self) -> Iterator[Metric]:
@@ -45,9 +61,7 @@ class QueueCollector(Collector):
             up.add_metric([], 1)
             yield up
             yield from families
-        dead = self._dead_letter_jobs()
-        if dead is not None:
-            yield dead
+        yield self._dead_letter_jobs()
 
     def _from_redis(self) -> list[Metric]:
         labels = ["queue", "tier", "priority"]
@@ -82,18 +96,14 @@ class QueueCollector(Collector):
     def _oldest_age(self, queue: str) -> float:
         return oldest_waiting_age(self._client.redis, self._client.sessions, queue)
 
-    def _dead_letter_jobs(self) -> GaugeMetricFamily | None:
+    def _dead_letter_jobs(self) -> GaugeMetricFamily:
         # Dead letters are rare and (status, created_at) is indexed: a cheap count.
-        try:
-            with self._client.sessions() as session:
-                count = session.scalar(
-                    select(func.count())
-                    .select_from(Job)
-                    .where(Job.status == JobStatus.DEAD_LETTER.value)
-                )
-        except SQLAlchemyError as exc:
-            log.warning("metrics: database unreadable (%s)", exc.__class__.__name__)
-            return None
+        with self._client.sessions() as session:
+            count = session.scalar(
+                select(func.count())
+                .select_from(Job)
+                .where(Job.status == JobStatus.DEAD_LETTER.value)
+            )
         family = GaugeMetricFamily(
             "llmq_dead_letter_jobs", "Job rows in dead_letter (workers died on every attempt)"
         )

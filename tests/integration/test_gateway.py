@@ -7,6 +7,7 @@ The official OpenAI SDK against a real worker is in tests/e2e/test_gateway_e2e.p
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -195,13 +196,22 @@ def test_health_readiness_and_metrics(
     with Client(integration_settings) as client:
         for _ in range(3):
             client.submit("hello", tier="small", priority="batch")
-    text = gateway.get("/metrics").text
+    settings = integration_settings.model_copy(update={"metrics_refresh_s": 0.1})
+    headers = auth(new_key(settings, "prometheus"))
+    with running_gateway(settings) as url, httpx.Client(base_url=url) as http:
+        # Cluster series are read off the event loop: the first scrapes may predate them.
+        deadline = time.monotonic() + 10
+        while True:
+            text = http.get("/metrics", headers=headers).text
+            series = {
+                line.split(" ")[0]: float(line.split(" ")[1])
+                for line in text.splitlines()
+                if line.startswith("llmq_")
+            }
+            if "llmq_dead_letter_jobs" in series or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
     assert "llmq_gateway_requests" in text
-    series = {
-        line.split(" ")[0]: float(line.split(" ")[1])
-        for line in text.splitlines()
-        if line.startswith("llmq_")
-    }
     small = 'priority="{0}",queue="llm.small.{0}",tier="small"'
     assert series[f"llmq_queue_depth{{{small.format('interactive')}}}"] == 0
     assert series[f"llmq_queue_depth{{{small.format('batch')}}}"] == 3

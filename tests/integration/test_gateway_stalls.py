@@ -1,0 +1,161 @@
+"""No request, tenant or file stalls the gateway for everyone, over real Redis and PostgreSQL.
+
+``/metrics`` is served from a rendering made off the event loop, ``/readyz`` from a
+recent check; both stay fast and cheap however often they are called.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import event
+from sqlalchemy.exc import OperationalError
+from starlette.testclient import TestClient
+
+from producer.client import Client
+from producer.gateway import queue_metrics
+from producer.gateway.app import Gateway, create_app
+from producer.gateway.keys import create_key
+from schemas.db import engine_of, make_engine, make_sessions
+from schemas.settings import Settings
+from tests.gateway_server import running_gateway
+
+pytestmark = pytest.mark.integration
+
+
+def new_key(settings: Settings, name: str = "k") -> dict[str, str]:
+    engine = make_engine(settings.database_url)
+    _identity, secret = create_key(make_sessions(engine), name, rate_limit_per_min=6000)
+    engine.dispose()
+    return {"Authorization": f"Bearer {secret}"}
+
+
+def series(text: str) -> dict[str, float]:
+    return {
+        line.split(" ")[0]: float(line.split(" ")[1])
+        for line in text.splitlines()
+        if line.startswith("llmq_")
+    }
+
+
+BATCH_DEPTH = 'llmq_queue_depth{priority="batch",queue="llm.small.batch",tier="small"}'
+
+
+def scrape_until(http: httpx.Client, check: Any, headers: dict[str, str] | None = None) -> str:
+    deadline = time.monotonic() + 10
+    while True:
+        response = http.get("/metrics", headers=headers)
+        assert response.status_code == 200, response.text
+        if check(series(response.text)) or time.monotonic() > deadline:
+            return response.text
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def fast_metrics(integration_settings: Settings) -> Settings:
+    return integration_settings.model_copy(
+        update={"metrics_refresh_s": 0.1, "metrics_require_key": False}
+    )
+
+
+def test_a_slow_cluster_read_never_holds_up_other_requests(
+    fast_metrics: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = queue_metrics.QueueCollector.collect
+
+    def slow(self: queue_metrics.QueueCollector) -> Iterator[Any]:
+        time.sleep(1.5)  # a SCAN of a large keyspace, a slow database
+        yield from original(self)
+
+    monkeypatch.setattr(queue_metrics.QueueCollector, "collect", slow)
+    with running_gateway(fast_metrics) as url, httpx.Client(base_url=url, timeout=30) as http:
+        took: list[float] = []
+
+        def scrape() -> None:
+            started = time.perf_counter()
+            assert http.get("/metrics").status_code == 200
+            took.append(time.perf_counter() - started)
+
+        scrapers = [threading.Thread(target=scrape) for _ in range(3)]
+        for thread in scrapers:
+            thread.start()
+        time.sleep(0.1)
+        started = time.perf_counter()
+        assert http.get("/healthz").status_code == 200
+        health_s = time.perf_counter() - started
+        for thread in scrapers:
+            thread.join()
+    assert health_s < 0.5, f"/healthz waited {health_s:.2f} s behind /metrics"
+    assert max(took) < 0.5, f"a scrape took {max(took):.2f} s"
+
+
+def test_a_database_error_serves_the_last_good_scrape(
+    fast_metrics: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Client(fast_metrics) as client:
+        for _ in range(2):
+            client.submit("hello", tier="small", priority="batch")
+    with running_gateway(fast_metrics) as url, httpx.Client(base_url=url) as http:
+        good = series(scrape_until(http, lambda s: s.get(BATCH_DEPTH) == 2))
+        assert good[BATCH_DEPTH] == 2
+
+        def down(*_args: object) -> float:
+            raise OperationalError("SELECT created_at FROM jobs", {}, Exception("db down"))
+
+        monkeypatch.setattr(queue_metrics, "oldest_waiting_age", down)
+        time.sleep(0.5)  # a few refreshes fail meanwhile
+        response = http.get("/metrics")
+        assert response.status_code == 200, response.text
+        assert "SELECT" not in response.text
+        stale = series(response.text)
+        assert stale[BATCH_DEPTH] == 2
+        assert stale["llmq_metrics_cluster_age_seconds"] >= 0.3
+
+
+def test_metrics_needs_a_key_when_keys_are_on(integration_settings: Settings) -> None:
+    headers = new_key(integration_settings)
+    with running_gateway(integration_settings) as url, httpx.Client(base_url=url) as http:
+        refused = http.get("/metrics")
+        assert refused.status_code == 401, refused.text
+        assert refused.json()["error"]["code"] == "invalid_api_key"
+        bad = http.get("/metrics", headers={"Authorization": "Bearer llmq-guess"})
+        assert bad.status_code == 401
+        assert "llmq_gateway_requests" in scrape_until(http, lambda s: True, headers)
+    open_metrics = integration_settings.model_copy(update={"metrics_require_key": False})
+    with running_gateway(open_metrics) as url, httpx.Client(base_url=url) as http:
+        assert http.get("/metrics").status_code == 200
+    # Without keys there is nothing to ask for.
+    with (
+        running_gateway(integration_settings, require_keys=False) as url,
+        httpx.Client(base_url=url) as http,
+    ):
+        assert http.get("/metrics").status_code == 200
+
+
+def test_readyz_is_answered_from_a_recent_check_and_writes_nothing(
+    integration_settings: Settings,
+) -> None:
+    app = create_app(integration_settings.model_copy(update={"readyz_cache_s": 30.0}))
+    with TestClient(app) as http:
+        gateway: Gateway = app.state.gateway
+        statements: list[str] = []
+
+        def count(_conn: object, _cursor: object, statement: str, *_rest: object) -> None:
+            statements.append(statement)
+
+        engine = engine_of(gateway.client.sessions)
+        event.listen(engine, "before_cursor_execute", count)
+        try:
+            for _ in range(30):
+                assert http.get("/readyz").json() == {"status": "ready"}
+        finally:
+            event.remove(engine, "before_cursor_execute", count)
+    assert not [s for s in statements if s.lstrip().upper().startswith("INSERT")], statements
+    # (The batch runner shares the engine: its sweeps are not the probe's.)
+    probes = [s for s in statements if "batches" not in s]
+    assert len(probes) <= 2, probes
