@@ -217,6 +217,14 @@ class Settings(BaseSettings):
     auth_failures_per_min: int = Field(
         default=20, ge=1, description="failed authentications per client address and minute"
     )
+    batch_feeders: int = Field(
+        default=4,
+        ge=1,
+        le=256,
+        description="batches one gateway sends lines of at once, each from a thread of "
+        "its own (it waits there while the batch queue is full); more wait their turn. "
+        "These threads are never the ones key checks and submits use",
+    )
     metrics_refresh_s: float = Field(
         default=5.0,
         gt=0,

@@ -153,7 +153,9 @@ class BatchApi:
         @asynccontextmanager
         async def with_runner(app: FastAPI) -> AsyncIterator[Any]:
             async with inner(app) as state:
-                self.runner = BatchRunner(self.gateway.client.sync)
+                self.runner = BatchRunner(
+                    self.gateway.client.sync, feeders=self.gateway.settings.batch_feeders
+                )
                 self.runner.start()
                 try:
                     yield state

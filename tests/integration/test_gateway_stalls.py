@@ -6,9 +6,11 @@ recent check; both stay fast and cheap however often they are called.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -17,13 +19,16 @@ from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 from starlette.testclient import TestClient
 
+from producer.batches.runner import BatchRunner
 from producer.client import Client
 from producer.gateway import queue_metrics
 from producer.gateway.app import Gateway, create_app
 from producer.gateway.keys import create_key
 from schemas.db import engine_of, make_engine, make_sessions
-from schemas.settings import Settings
+from schemas.queues import Priority, Tier
+from schemas.settings import Settings, TierConfig
 from tests.gateway_server import running_gateway
+from tests.integration.test_batches import _new_batch, clear_batches, line
 
 pytestmark = pytest.mark.integration
 
@@ -159,3 +164,33 @@ def test_readyz_is_answered_from_a_recent_check_and_writes_nothing(
     # (The batch runner shares the engine: its sweeps are not the probe's.)
     probes = [s for s in statements if "batches" not in s]
     assert len(probes) <= 2, probes
+
+
+def test_batch_feeders_waiting_on_a_full_queue_leave_the_default_pool_free(
+    integration_settings: Settings,
+) -> None:
+    clear_batches(integration_settings.database_url)
+    tier = TierConfig(max_queue_depth={Priority.INTERACTIVE: 10, Priority.BATCH: 1})
+    settings = integration_settings.model_copy(
+        update={"tiers": {**integration_settings.tiers, Tier.SMALL: tier}}
+    )
+
+    async def scenario(client: Client) -> float:
+        # The default pool of a 2-core host (6 threads) or smaller.
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(4))
+        runner = BatchRunner(client, interval_s=0.2)
+        runner.start()
+        try:
+            await asyncio.sleep(1.5)  # every feeder has met the full batch queue by now
+            started = time.perf_counter()
+            # What a key check or an interactive submit does: a short call in the pool.
+            await asyncio.wait_for(asyncio.to_thread(lambda: None), 3)
+            return time.perf_counter() - started
+        finally:
+            await runner.stop()
+
+    with Client(settings) as client:
+        for b in range(6):
+            _new_batch(client, [line(f"b{b}-{i}") for i in range(3)])
+        waited = asyncio.run(scenario(client))
+    assert waited < 0.5
