@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime, timedelta
 from typing import IO, Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import ColumnElement, func, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from producer.batches.lines import ENDPOINTS, MAX_CUSTOM_ID_CHARS, peek_custom_id
@@ -29,6 +30,7 @@ OUTPUT_PURPOSE = "batch_output"
 ERROR_PURPOSE = "batch_error"
 INSERT_CHUNK = 1000
 READ_CHUNK = 500
+CONTENT_PIECE_BYTES = 64 * 1024
 MAX_LIST_LIMIT = 100
 UNFINISHED = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
 
@@ -141,10 +143,21 @@ def get_file(sessions: sessionmaker[Session], file_id: str, *, owner: str | None
     return row
 
 
+Reader = Callable[[], AbstractContextManager[Session]]
+"""Opens a session for one page of rows: a session factory (a short session per page)
+or ``lambda: nullcontext(session)`` (every page in a session the caller holds)."""
+
+
 def input_lines(
     session: Session, file_id: str, *, start: int = 0, stop: int | None = None
 ) -> Iterator[BatchFileLine]:
     """The stored lines of an upload from ``start`` to ``stop``, in order, a chunk at a time."""
+    return _input_lines(lambda: nullcontext(session), file_id, start=start, stop=stop)
+
+
+def _input_lines(
+    read: Reader, file_id: str, *, start: int = 0, stop: int | None = None
+) -> Iterator[BatchFileLine]:
     at = start
     while stop is None or at < stop:
         query = select(BatchFileLine).where(
@@ -152,50 +165,101 @@ def input_lines(
         )
         if stop is not None:
             query = query.where(BatchFileLine.line_no < stop)
-        rows = session.scalars(query.order_by(BatchFileLine.line_no).limit(READ_CHUNK)).all()
+        with read() as session:
+            rows = session.scalars(query.order_by(BatchFileLine.line_no).limit(READ_CHUNK)).all()
         if not rows:
             return
         yield from rows
         at = rows[-1].line_no + 1
 
 
-def file_content(sessions: sessionmaker[Session], row: BatchFile) -> Iterator[bytes]:
-    """The file's content, a line at a time, each ending with a newline."""
-    with database_boundary("read the file's content"), sessions() as session:
-        if row.purpose == INPUT_PURPOSE:
-            for line in input_lines(session, row.id, stop=row.lines):
-                yield line.content.encode() + b"\n"
+def _jobs(read: Reader, *where: ColumnElement[bool]) -> Iterator[Job]:
+    """Job rows matching ``where`` in (created_at, id) order, a page per read."""
+    after: tuple[datetime, str] | None = None
+    while True:
+        query = select(Job).where(*where)
+        if after is not None:
+            created, job_id = after
+            query = query.where(
+                (Job.created_at > created) | ((Job.created_at == created) & (Job.id > job_id))
+            )
+        with read() as session:
+            rows = session.scalars(query.order_by(Job.created_at, Job.id).limit(READ_CHUNK)).all()
+        if not rows:
             return
-        batch = session.get(Batch, row.batch_id or "")
+        yield from rows
+        after = (rows[-1].created_at, rows[-1].id)
+
+
+def _line_errors(read: Reader, batch_id: str) -> Iterator[BatchLineError]:
+    at = -1
+    while True:
+        query = (
+            select(BatchLineError)
+            .where(BatchLineError.batch_id == batch_id, BatchLineError.line_no > at)
+            .order_by(BatchLineError.line_no)
+            .limit(READ_CHUNK)
+        )
+        with read() as session:
+            rows = session.scalars(query).all()
+        if not rows:
+            return
+        yield from rows
+        at = rows[-1].line_no
+
+
+def file_content(sessions: sessionmaker[Session], row: BatchFile) -> Iterator[bytes]:
+    """The file's content, lines each ending with a newline, in pieces of about
+    ``CONTENT_PIECE_BYTES``.
+
+    Each page of rows is read in a session of its own, closed before the page is sent:
+    a slow reader holds no database connection while it reads.
+    """
+
+    @contextmanager
+    def read() -> Iterator[Session]:
+        with database_boundary("read the file's content"), sessions() as session:
+            yield session
+
+    if row.purpose == INPUT_PURPOSE:
+        texts: Iterator[str] = (line.content for line in _input_lines(read, row.id, stop=row.lines))
+    else:
+        with read() as session:
+            batch = session.get(Batch, row.batch_id or "")
         if batch is None:
             return
-        lines = output_lines if row.purpose == OUTPUT_PURPOSE else error_lines
-        for text in lines(session, batch):
-            yield text.encode() + b"\n"
+        texts = (_output_lines if row.purpose == OUTPUT_PURPOSE else _error_lines)(read, batch)
+    piece: list[bytes] = []
+    size = 0
+    for text in texts:
+        encoded = text.encode() + b"\n"
+        piece.append(encoded)
+        size += len(encoded)
+        if size >= CONTENT_PIECE_BYTES:
+            yield b"".join(piece)
+            piece, size = [], 0
+    if piece:
+        yield b"".join(piece)
 
 
 def output_lines(session: Session, batch: Batch) -> Iterator[str]:
     """The batch's answered lines, in OpenAI's output shape."""
-    query = (
-        select(Job)
-        .where(Job.batch_id == batch.id, Job.status == JobStatus.DONE.value)
-        .order_by(Job.created_at, Job.id)
-        .execution_options(yield_per=READ_CHUNK)
-    )
-    for job in session.scalars(query):
+    return _output_lines(lambda: nullcontext(session), batch)
+
+
+def _output_lines(read: Reader, batch: Batch) -> Iterator[str]:
+    for job in _jobs(read, Job.batch_id == batch.id, Job.status == JobStatus.DONE.value):
         yield output_line(job)
 
 
 def error_lines(session: Session, batch: Batch) -> Iterator[str]:
     """The batch's lines without an answer: invalid ones, jobs that ended otherwise,
     and, once the batch is over, jobs still unfinished and lines never enqueued."""
-    errors = (
-        select(BatchLineError)
-        .where(BatchLineError.batch_id == batch.id)
-        .order_by(BatchLineError.line_no)
-        .execution_options(yield_per=READ_CHUNK)
-    )
-    for error in session.scalars(errors):
+    return _error_lines(lambda: nullcontext(session), batch)
+
+
+def _error_lines(read: Reader, batch: Batch) -> Iterator[str]:
+    for error in _line_errors(read, batch.id):
         yield error_line(
             line_id=f"batch_req_{batch.id}_{error.line_no}",
             custom_id=error.custom_id,
@@ -206,13 +270,7 @@ def error_lines(session: Session, batch: Batch) -> Iterator[str]:
     statuses = [s.value for s in JobStatus if s is not JobStatus.DONE]
     if not over:
         statuses = [s for s in statuses if s not in UNFINISHED]
-    jobs = (
-        select(Job)
-        .where(Job.batch_id == batch.id, Job.status.in_(statuses))
-        .order_by(Job.created_at, Job.id)
-        .execution_options(yield_per=READ_CHUNK)
-    )
-    for job in session.scalars(jobs):
+    for job in _jobs(read, Job.batch_id == batch.id, Job.status.in_(statuses)):
         yield error_line(
             line_id=f"batch_req_{job.id}",
             custom_id=job.custom_id,
@@ -222,9 +280,7 @@ def error_lines(session: Session, batch: Batch) -> Iterator[str]:
         )
     if over and batch.enqueued < batch.total:
         code = "batch_expired" if batch.status == BatchStatus.EXPIRED else "batch_cancelled"
-        for line in input_lines(
-            session, batch.input_file_id, start=batch.enqueued, stop=batch.total
-        ):
+        for line in _input_lines(read, batch.input_file_id, start=batch.enqueued, stop=batch.total):
             yield error_line(
                 line_id=f"batch_req_{batch.id}_{line.line_no}",
                 custom_id=line.custom_id,

@@ -7,6 +7,7 @@ recent check; both stay fast and cheap however often they are called.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 from starlette.testclient import TestClient
 
+from producer.batches import store
 from producer.batches.runner import BatchRunner
 from producer.client import Client
 from producer.gateway import queue_metrics
@@ -28,7 +30,7 @@ from schemas.db import engine_of, make_engine, make_sessions
 from schemas.queues import Priority, Tier
 from schemas.settings import Settings, TierConfig
 from tests.gateway_server import running_gateway
-from tests.integration.test_batches import _new_batch, clear_batches, line
+from tests.integration.test_batches import _new_batch, _upload, clear_batches, line
 
 pytestmark = pytest.mark.integration
 
@@ -194,3 +196,16 @@ def test_batch_feeders_waiting_on_a_full_queue_leave_the_default_pool_free(
             _new_batch(client, [line(f"b{b}-{i}") for i in range(3)])
         waited = asyncio.run(scenario(client))
     assert waited < 0.5
+
+
+def test_a_slow_download_holds_no_database_connection(integration_settings: Settings) -> None:
+    clear_batches(integration_settings.database_url)
+    with Client(integration_settings) as client:
+        source = _upload(client, [line(f"r{i}") for i in range(1200)])  # pages of 500 rows
+        pool = engine_of(client.sessions).pool
+        pieces = store.file_content(client.sessions, source)
+        first = next(pieces)  # the reader pauses here, as a slow client would
+        assert pool.checkedout() == 0  # type: ignore[attr-defined]
+        rest = b"".join(pieces)
+    lines = (first + rest).decode().splitlines()
+    assert [json.loads(text)["custom_id"] for text in lines] == [f"r{i}" for i in range(1200)]
