@@ -12,32 +12,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from schemas.queues import Priority, Tier
+from schemas.sampling import Sampling
+from schemas.text import database_text, valid_unicode
 
 MAX_TOKENS_CEILING = 32_768
 """No tier serves more; the per-tier context check at submit is stricter."""
 
 MetadataValue = str | int | float | bool | None
-
-
-def valid_unicode(value: str) -> str:
-    """``value`` if it encodes as UTF-8; a lone surrogate (which JSON's ``\\ud800``
-    escape produces) can be neither hashed, stored nor tokenized, so it is refused."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(
-            f"text must be valid Unicode: a lone surrogate at position {exc.start}"
-        ) from None
-    return value
-
-
-def database_text(value: str | None) -> str | None:
-    """``value`` if a database text column can hold it: valid Unicode and no NUL."""
-    if value is None:
-        return None
-    if "\x00" in value:
-        raise ValueError("text must not contain NUL characters")
-    return valid_unicode(value)
 
 
 class ChatMessage(BaseModel):
@@ -80,16 +61,36 @@ class GenerationRequest(BaseModel):
     )
     conversation_id: str | None = Field(default=None, max_length=200)
     metadata: dict[str, MetadataValue] = Field(default_factory=dict, max_length=64)
+    # Both left out of the stored form while unset: a request that uses neither is
+    # stored, queued and hashed as it was before they existed.
+    sampling: Sampling | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="penalties, vLLM's sampling extras and structured output",
+    )
+    user: str | None = Field(
+        default=None,
+        max_length=256,
+        exclude_if=lambda value: value is None,
+        description="the caller's own id for its end user (OpenAI's user); stored, "
+        "not used to generate",
+    )
 
     @field_validator("stop")
     @classmethod
     def _stop_is_unicode(cls, value: list[str]) -> list[str]:
         return [valid_unicode(text) for text in value]
 
-    @field_validator("conversation_id")
+    @field_validator("conversation_id", "user")
     @classmethod
-    def _conversation_is_unicode(cls, value: str | None) -> str | None:
+    def _storable_text(cls, value: str | None) -> str | None:
         return database_text(value)
+
+    @field_validator("sampling")
+    @classmethod
+    def _sampling_or_none(cls, value: Sampling | None) -> Sampling | None:
+        # Options that change nothing are no options: stored and hashed as absent.
+        return None if value is not None and value.is_default() else value
 
     @field_validator("metadata")
     @classmethod
@@ -107,6 +108,11 @@ class GenerationRequest(BaseModel):
     def _has_user_turn(self) -> GenerationRequest:
         if not any(message.role == "user" for message in self.messages):
             raise ValueError("messages must contain at least one user message")
+        if self.sampling is not None and self.sampling.min_tokens > self.max_tokens:
+            raise ValueError(
+                f"sampling.min_tokens ({self.sampling.min_tokens}) must not exceed "
+                f"max_tokens ({self.max_tokens})"
+            )
         return self
 
     @classmethod

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from schemas.errors import LlmqError, PromptTooLong
 from schemas.queues import Priority
 from schemas.requests import GenerationRequest
+from schemas.sampling import Sampling
 from workers.engine.base import BACKGROUND_PRIORITY, INTERACTIVE_PRIORITY, SamplingOptions
 from workers.worker_runtime import WorkerRuntime
 
@@ -60,6 +61,15 @@ def sampling_options(
         top_p=request.top_p,
         stop=tuple(request.stop),
         seed=request.seed,
+        sampling=_sampling_after(request.sampling, done_tokens),
         stream_tokens=interactive,
         priority=INTERACTIVE_PRIORITY if interactive else BACKGROUND_PRIORITY,
     )
+
+
+def _sampling_after(sampling: Sampling | None, done_tokens: int) -> Sampling | None:
+    """``sampling`` for an attempt that goes on after ``done_tokens`` generated ones:
+    they count toward ``min_tokens``."""
+    if sampling is None or not done_tokens or not sampling.min_tokens:
+        return sampling
+    return sampling.model_copy(update={"min_tokens": max(0, sampling.min_tokens - done_tokens)})

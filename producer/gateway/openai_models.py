@@ -2,23 +2,142 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from schemas.errors import InvalidRequest
 from schemas.events import Timings, Usage
 
 
 class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     include_usage: bool = False
 
 
-class ChatCompletionRequest(BaseModel):
-    """``POST /v1/chat/completions``; fields OpenAI defines that llmq ignores are dropped."""
+class JsonSchemaFormat(BaseModel):
+    """``response_format.json_schema``: the schema the answer must match.
 
-    model_config = ConfigDict(extra="ignore")
+    The engine constrains every token to the schema, so an answer always matches it:
+    ``strict`` is honoured whatever its value.
+    """
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    schema_: dict[str, Any] = Field(alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """``response_format``: free text, any JSON object, or JSON matching a schema."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_iff_json_schema(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("type json_schema needs json_schema (its name and schema)")
+        if self.type != "json_schema" and self.json_schema is not None:
+            raise ValueError(f"type {self.type} takes no json_schema")
+        return self
+
+
+class VllmStructuredOutputs(BaseModel):
+    """vLLM's ``structured_outputs`` (sent through ``extra_body``): exactly one of
+    a JSON schema, any JSON object, a choice among strings, or a regex."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    json_: dict[str, Any] | None = Field(default=None, alias="json")
+    json_object: Literal[True] | None = None
+    choice: list[str] | None = None
+    regex: str | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> VllmStructuredOutputs:
+        given = [
+            name
+            for name, value in (
+                ("json", self.json_),
+                ("json_object", self.json_object),
+                ("choice", self.choice),
+                ("regex", self.regex),
+            )
+            if value is not None
+        ]
+        if len(given) != 1:
+            raise ValueError(
+                "structured_outputs takes exactly one of json, json_object, choice, regex; "
+                f"got {', '.join(given) or 'none'}"
+            )
+        return self
+
+    def constraint(self) -> dict[str, Any]:
+        """The equivalent ``schemas.sampling.StructuredOutput`` fields."""
+        if self.json_ is not None:
+            return {"kind": "json_schema", "json_schema": self.json_}
+        if self.json_object:
+            return {"kind": "json_object"}
+        if self.choice is not None:
+            return {"kind": "choice", "choice": self.choice}
+        return {"kind": "regex", "regex": self.regex}
+
+
+UNSERVED_FIELDS: dict[str, tuple[object, ...]] = {
+    "logprobs": (False,),
+    "top_logprobs": (0,),
+    "tools": ([],),
+    "tool_choice": ("none",),
+    "parallel_tool_calls": (True, False),  # says nothing without tools
+    "functions": ([],),
+    "function_call": ("none",),
+    "logit_bias": ({},),
+    "modalities": (["text"],),
+    "audio": (),
+    "prediction": (),
+    "web_search_options": (),
+    "reasoning_effort": (),
+    "verbosity": (),
+    "service_tier": ("auto", "default"),
+}
+"""OpenAI's fields that llmq does not serve, each with the values (besides null) that
+ask for nothing: a client library that sends such a default is served, one that asks
+for the feature gets a 400 naming the field, never an answer without it."""
+
+IGNORED_FIELDS = ("store", "prompt_cache_key")
+"""Accepted and knowingly without effect: llmq records every job whatever ``store``
+says, and caches every prompt's prefix without a key."""
+
+# Keys of an OpenAI message, beyond role and content, that a client echoing an earlier
+# answer back sends empty (the SDK's assistant message has them all).
+_EMPTY_MESSAGE_KEYS = ("name", "tool_calls", "tool_call_id", "function_call", "refusal", "audio")
+
+
+class ChatCompletionRequest(BaseModel):
+    """``POST /v1/chat/completions``.
+
+    Every field of OpenAI's request is either served, accepted knowingly without
+    effect (``IGNORED_FIELDS``), or refused by name when it asks for something llmq
+    does not serve (``UNSERVED_FIELDS``); a field nobody defines is refused by name too.
+    """
+
+    model_config = ConfigDict(extra="forbid")
 
     model: str
     messages: list[dict[str, Any]] = Field(min_length=1)
@@ -31,11 +150,70 @@ class ChatCompletionRequest(BaseModel):
     stop: str | list[str] | None = None
     seed: int | None = None
     n: int = Field(default=1, ge=1, le=1, description="llmq returns one choice")
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    response_format: ResponseFormat | None = None
+    user: str | None = None
+    safety_identifier: str | None = None
+    metadata: dict[str, Any] | None = None
+    # vLLM's sampling extras, sent by SDKs through extra_body.
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    min_tokens: int | None = None
+    structured_outputs: VllmStructuredOutputs | None = None
     # llmq extensions, sent by SDKs through extra_body.
     priority: Literal["interactive", "batch"] | None = None
     system_prompt: str | None = None
-    metadata: dict[str, Any] | None = None
     conversation_id: str | None = None
+    # Accepted, without effect (IGNORED_FIELDS).
+    store: bool | None = None
+    prompt_cache_key: str | None = None
+    # Refused unless they ask for nothing (UNSERVED_FIELDS).
+    logprobs: Any = None
+    top_logprobs: Any = None
+    tools: Any = None
+    tool_choice: Any = None
+    parallel_tool_calls: Any = None
+    functions: Any = None
+    function_call: Any = None
+    logit_bias: Any = None
+    modalities: Any = None
+    audio: Any = None
+    prediction: Any = None
+    web_search_options: Any = None
+    reasoning_effort: Any = None
+    verbosity: Any = None
+    service_tier: Any = None
+
+    @field_validator(*UNSERVED_FIELDS)
+    @classmethod
+    def _asks_for_nothing(cls, value: object, info: ValidationInfo) -> object:
+        name = info.field_name or ""
+        if value is None or _is_one_of(value, UNSERVED_FIELDS[name]):
+            return value
+        quiet = ", ".join(json.dumps(v) for v in (None, *UNSERVED_FIELDS[name]))
+        raise PydanticCustomError(
+            "unserved_field",
+            "llmq does not serve {field}; leave it out or send {quiet}",
+            {"field": name, "quiet": quiet},
+        )
+
+    @field_validator("messages")
+    @classmethod
+    def _messages_served(cls, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for index, message in enumerate(messages):
+            _check_message(index, message)
+        return messages
+
+    @model_validator(mode="after")
+    def _one_form_constraint(self) -> ChatCompletionRequest:
+        if self.structured_outputs is not None and self.response_format not in (
+            None,
+            ResponseFormat(type="text"),
+        ):
+            raise ValueError("send response_format or structured_outputs, not both")
+        return self
 
     def check_bounds(self, *, max_messages: int, max_message_chars: int) -> None:
         """Raise ``InvalidRequest`` for too many messages or a message too long."""
@@ -65,16 +243,76 @@ class ChatCompletionRequest(BaseModel):
             "system_prompt": self.system_prompt,
             "metadata": self.metadata,
             "stop": [self.stop] if isinstance(self.stop, str) else self.stop,
+            "user": self.user if self.user is not None else self.safety_identifier,
+            "sampling": self._sampling() or None,
         }
         request.update({k: v for k, v in optional.items() if v is not None})
         return request
+
+    def _sampling(self) -> dict[str, Any]:
+        """``schemas.sampling.Sampling`` fields, those the caller set."""
+        sampling: dict[str, Any] = {
+            name: value
+            for name, value in (
+                ("presence_penalty", self.presence_penalty),
+                ("frequency_penalty", self.frequency_penalty),
+                ("repetition_penalty", self.repetition_penalty),
+                ("top_k", self.top_k),
+                ("min_p", self.min_p),
+                ("min_tokens", self.min_tokens),
+            )
+            if value is not None
+        }
+        if self.structured_outputs is not None:
+            sampling["structured"] = self.structured_outputs.constraint()
+        elif self.response_format is not None and self.response_format.type == "json_object":
+            sampling["structured"] = {"kind": "json_object"}
+        elif self.response_format is not None and self.response_format.json_schema is not None:
+            schema = self.response_format.json_schema.schema_
+            sampling["structured"] = {"kind": "json_schema", "json_schema": schema}
+        return sampling
+
+
+def _is_one_of(value: object, quiet: tuple[object, ...]) -> bool:
+    # By type too: 0 == False in Python, but top_logprobs=false is not its default.
+    return any(type(value) is type(q) and value == q for q in quiet)
+
+
+def _check_message(index: int, message: object) -> None:
+    """Refuse, by name, what a message asks for that llmq does not serve: keys other
+    than role and content (unless empty), and content parts other than text."""
+    if not isinstance(message, dict):
+        return  # left for GenerationRequest, which says what a message must be
+    for key, value in message.items():
+        if key in ("role", "content"):
+            continue
+        if key in _EMPTY_MESSAGE_KEYS and value in (None, "", []):
+            continue
+        problem = (
+            "llmq does not serve messages[{index}].{key}"
+            if key in _EMPTY_MESSAGE_KEYS
+            else "messages[{index}].{key} is not a field of a chat message"
+        )
+        raise PydanticCustomError("unserved_field", problem, {"index": index, "key": key})
+    content = message.get("content")
+    if isinstance(content, list):
+        for number, part in enumerate(content):
+            kind = part.get("type", "text") if isinstance(part, dict) else "a non-object"
+            if kind != "text":
+                raise PydanticCustomError(
+                    "unserved_field",
+                    "llmq serves text content parts only: messages[{index}].content[{number}] "
+                    "is {kind}",
+                    {"index": index, "number": number, "kind": str(kind)},
+                )
 
 
 def _message(message: dict[str, Any]) -> dict[str, Any]:
     content = message.get("content")
     if isinstance(content, list):
-        # OpenAI's content parts: llmq serves text only, so join the text parts. A part
-        # whose text is not a string is passed on as it is, for validation to refuse.
+        # OpenAI's content parts: llmq serves text only (others are refused above), so
+        # join the text parts. A part whose text is not a string is passed on as it
+        # is, for validation to refuse.
         texts = [part.get("text", "") for part in content if isinstance(part, dict)]
         if all(isinstance(text, str) for text in texts):
             content = "".join(texts)

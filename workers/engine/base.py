@@ -7,6 +7,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from schemas.sampling import Sampling
+
 
 @dataclass(frozen=True)
 class SamplingOptions:
@@ -25,6 +27,8 @@ class SamplingOptions:
     waiting interactive request (0) is admitted into the running batch before waiting
     batch work and prefills (1), and batch sequences are preempted first when the KV
     cache runs short."""
+    sampling: Sampling | None = None
+    """The request's further options (penalties, vLLM's extras, structured output)."""
 
 
 INTERACTIVE_PRIORITY = 0

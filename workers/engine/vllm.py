@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from schemas.errors import EngineDead, EngineError
+from schemas.sampling import Sampling, StructuredOutput
 from schemas.settings import TierConfig
 from workers.engine.base import Delta, DeltaStream, SamplingOptions
 
@@ -394,13 +395,40 @@ def sampling_params(options: SamplingOptions) -> Any:
     """vLLM ``SamplingParams``: deltas as they come, or only the final text."""
     from vllm.sampling_params import RequestOutputKind, SamplingParams
 
+    extras = options.sampling or Sampling()
     return SamplingParams(
         max_tokens=options.max_tokens,
         temperature=options.temperature,
         top_p=options.top_p,
         stop=list(options.stop) or None,
         seed=options.seed,
+        presence_penalty=extras.presence_penalty,
+        frequency_penalty=extras.frequency_penalty,
+        repetition_penalty=extras.repetition_penalty,
+        top_k=extras.top_k,
+        min_p=extras.min_p,
+        min_tokens=extras.min_tokens,
+        structured_outputs=structured_outputs(extras.structured),
         output_kind=RequestOutputKind.DELTA
         if options.stream_tokens
         else RequestOutputKind.FINAL_ONLY,
     )
+
+
+def structured_outputs(constraint: StructuredOutput | None) -> Any:
+    """vLLM's ``StructuredOutputsParams`` for a constraint on the answer, or None.
+
+    The engine's default backend picks the grammar library (xgrammar, else guidance
+    where xgrammar lacks a feature of the schema); both run on CPU hosts.
+    """
+    if constraint is None:
+        return None
+    from vllm.sampling_params import StructuredOutputsParams
+
+    if constraint.kind == "json_object":
+        return StructuredOutputsParams(json_object=True)
+    if constraint.kind == "json_schema":
+        return StructuredOutputsParams(json=constraint.json_schema)
+    if constraint.kind == "choice":
+        return StructuredOutputsParams(choice=list(constraint.choice or ()))
+    return StructuredOutputsParams(regex=constraint.regex)

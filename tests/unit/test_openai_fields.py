@@ -1,0 +1,345 @@
+"""OpenAI's chat fields at the gateway: each served, ignored knowingly, or refused by
+name; what is served reaches the job's request, the engine's options and vLLM."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from producer.batches.lines import LineInvalid, parse_line
+from producer.gateway.openai_models import UNSERVED_FIELDS, ChatCompletionRequest
+from producer.submission import parse_request, request_hash
+from schemas.errors import InvalidRequest
+from schemas.requests import EnqueueOptions, GenerationRequest
+from schemas.sampling import Sampling, StructuredOutput
+from workers.engine.base import SamplingOptions
+from workers.engine.vllm import sampling_params
+from workers.job_input import sampling_options
+
+HI = [{"role": "user", "content": "hi"}]
+BODY: dict[str, Any] = {"model": "auto", "messages": HI}
+
+
+def refusal(body: dict[str, Any]) -> list[tuple[str, str]]:
+    """(where, message) of each problem the gateway's model finds in ``body``."""
+    with pytest.raises(ValidationError) as caught:
+        ChatCompletionRequest.model_validate(body)
+    return [(".".join(str(p) for p in e["loc"]), e["msg"]) for e in caught.value.errors()]
+
+
+def llmq_request(**fields: Any) -> dict[str, Any]:
+    return ChatCompletionRequest.model_validate({**BODY, **fields}).to_llmq()
+
+
+# No silent drops ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["temperatur", "guided_json", "best_of", "echo", "tier"])
+def test_an_unknown_field_is_refused_by_name(name: str) -> None:
+    assert refusal({**BODY, name: 1}) == [(name, "Extra inputs are not permitted")]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("logprobs", True),
+        ("top_logprobs", 3),
+        ("top_logprobs", False),  # not its default: 0 == False, but not by type
+        ("tools", [{"type": "function", "function": {"name": "f"}}]),
+        ("tool_choice", "required"),
+        ("functions", [{"name": "f"}]),
+        ("function_call", "auto"),
+        ("logit_bias", {"50256": -100}),
+        ("modalities", ["text", "audio"]),
+        ("audio", {"voice": "alloy", "format": "wav"}),
+        ("prediction", {"type": "content", "content": "x"}),
+        ("web_search_options", {}),
+        ("reasoning_effort", "low"),
+        ("verbosity", "low"),
+        ("service_tier", "flex"),
+    ],
+)
+def test_an_unserved_field_that_asks_for_something_is_refused_by_name(
+    name: str, value: object
+) -> None:
+    [(where, message)] = refusal({**BODY, name: value})
+    assert where == name
+    assert f"llmq does not serve {name}" in message
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [(name, quiet) for name, values in UNSERVED_FIELDS.items() for quiet in values],
+)
+def test_an_unserved_field_at_its_default_is_served_as_if_absent(name: str, value: object) -> None:
+    # Client libraries send some defaults (tools=[], parallel_tool_calls=true, ...).
+    assert llmq_request(**{name: value}) == llmq_request()
+    assert llmq_request(**{name: None}) == llmq_request()
+
+
+def test_fields_ignored_knowingly_are_accepted() -> None:
+    assert llmq_request(store=True, prompt_cache_key="k") == llmq_request()
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        ({"role": "user", "content": "hi", "name": "bob"}, "llmq does not serve messages[0].name"),
+        (
+            {"role": "user", "content": "hi", "colour": "red"},
+            "messages[0].colour is not a field of a chat message",
+        ),
+        (
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]},
+            "llmq serves text content parts only: messages[0].content[0] is image_url",
+        ),
+        (
+            {"role": "user", "content": ["hi"]},
+            "llmq serves text content parts only: messages[0].content[0] is a non-object",
+        ),
+    ],
+)
+def test_what_a_message_asks_for_beyond_text_is_refused_by_name(
+    message: dict[str, Any], expected: str
+) -> None:
+    assert refusal({**BODY, "messages": [message]}) == [("messages", expected)]
+
+
+def test_an_earlier_answer_echoed_back_with_empty_keys_is_served() -> None:
+    # What the SDK's assistant message dumps to: every key present, the unserved empty.
+    echoed = {
+        "role": "assistant",
+        "content": "Hello!",
+        "refusal": None,
+        "tool_calls": [],
+        "function_call": None,
+        "audio": None,
+    }
+    request = llmq_request(messages=[*HI, echoed, *HI])
+    assert request["messages"][1] == {"role": "assistant", "content": "Hello!"}
+
+
+def test_a_batch_line_with_an_unserved_field_is_invalid_by_name() -> None:
+    line = '{"custom_id": "a", "body": {"model": "auto", "messages": [], "tools": [{}]}}'
+    with pytest.raises(LineInvalid, match="tools: llmq does not serve tools"):
+        parse_line(line.replace("[]", '[{"role": "user", "content": "hi"}]', 1))
+
+
+# Served sampling fields -------------------------------------------------------------
+
+
+def test_penalties_extras_and_user_become_the_requests_sampling() -> None:
+    request = llmq_request(
+        presence_penalty=0.5,
+        frequency_penalty=-0.25,
+        top_k=20,
+        min_p=0.05,
+        repetition_penalty=1.2,
+        min_tokens=4,
+        stop="END",
+        seed=7,
+        user="end-user-1",
+    )
+    parsed = parse_request(request)
+    assert parsed.sampling == Sampling(
+        presence_penalty=0.5,
+        frequency_penalty=-0.25,
+        top_k=20,
+        min_p=0.05,
+        repetition_penalty=1.2,
+        min_tokens=4,
+    )
+    assert parsed.stop == ["END"]
+    assert parsed.seed == 7
+    assert parsed.user == "end-user-1"
+
+
+def test_safety_identifier_is_recorded_as_the_user_unless_user_is_given() -> None:
+    assert llmq_request(safety_identifier="s")["user"] == "s"
+    assert llmq_request(safety_identifier="s", user="u")["user"] == "u"
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"presence_penalty": 2.5}, "presence_penalty"),
+        ({"frequency_penalty": -3}, "frequency_penalty"),
+        ({"repetition_penalty": 0}, "repetition_penalty"),
+        ({"top_k": -2}, "top_k"),
+        ({"min_p": 1.5}, "min_p"),
+        ({"min_tokens": -1}, "min_tokens"),
+        ({"min_tokens": 10, "max_tokens": 5}, "min_tokens"),
+        ({"user": "a\x00b"}, "user"),
+    ],
+)
+def test_out_of_range_sampling_is_an_invalid_request(fields: dict[str, Any], problem: str) -> None:
+    with pytest.raises(InvalidRequest, match=problem):
+        parse_request(llmq_request(**fields))
+
+
+def test_a_request_without_the_new_options_is_stored_and_hashed_as_before() -> None:
+    # A job message or row written before these options existed still parses, and a
+    # request that uses none of them has the same stored form (older workers run it).
+    old = {
+        "messages": HI,
+        "system_prompt": None,
+        "max_tokens": 256,
+        "temperature": 0.7,
+        "top_p": 1.0,
+        "stop": [],
+        "seed": None,
+        "conversation_id": None,
+        "metadata": {},
+    }
+    parsed = GenerationRequest.model_validate(old)
+    assert parsed.sampling is None and parsed.user is None
+    assert parsed.model_dump(mode="json") == old
+    # Options that change nothing are no options.
+    defaults = GenerationRequest.model_validate({**old, "sampling": {"top_k": 0}})
+    assert defaults.model_dump(mode="json") == old
+    options = EnqueueOptions()
+    assert request_hash(defaults, options) == request_hash(parsed, options)
+
+
+# Structured output --------------------------------------------------------------------
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize(
+    ("fields", "structured"),
+    [
+        ({"response_format": {"type": "text"}}, None),
+        ({"response_format": {"type": "json_object"}}, StructuredOutput(kind="json_object")),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "place", "schema": SCHEMA, "strict": True},
+                }
+            },
+            StructuredOutput(kind="json_schema", json_schema=SCHEMA),
+        ),
+        (
+            {"structured_outputs": {"choice": ["yes", "no"]}},
+            StructuredOutput(kind="choice", choice=["yes", "no"]),
+        ),
+        (
+            {"structured_outputs": {"regex": "[0-9]{3}"}},
+            StructuredOutput(kind="regex", regex="[0-9]{3}"),
+        ),
+        (
+            {"structured_outputs": {"json": SCHEMA}},
+            StructuredOutput(kind="json_schema", json_schema=SCHEMA),
+        ),
+    ],
+)
+def test_response_format_and_structured_outputs_become_one_constraint(
+    fields: dict[str, Any], structured: StructuredOutput | None
+) -> None:
+    sampling = parse_request(llmq_request(**fields)).sampling
+    assert (sampling.structured if sampling else None) == structured
+
+
+@pytest.mark.parametrize(
+    ("fields", "where"),
+    [
+        ({"response_format": {"type": "json_schema"}}, "response_format"),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
+            "response_format.json_schema.schema",
+        ),
+        ({"response_format": {"type": "structural_tag"}}, "response_format.type"),
+        ({"response_format": {"type": "json_object", "schema": {}}}, "response_format.schema"),
+        ({"structured_outputs": {"choice": ["a"], "regex": "a"}}, "structured_outputs"),
+        ({"structured_outputs": {"grammar": "root ::= 'a'"}}, "structured_outputs.grammar"),
+        (
+            {
+                "structured_outputs": {"choice": ["a"]},
+                "response_format": {"type": "json_object"},
+            },
+            "",
+        ),
+    ],
+)
+def test_a_malformed_constraint_is_refused_where_it_is(fields: dict[str, Any], where: str) -> None:
+    problems = refusal({**BODY, **fields})
+    assert any(place.startswith(where) for place, _ in problems), problems
+
+
+def test_a_constraint_takes_only_what_its_kind_needs() -> None:
+    with pytest.raises(ValidationError, match="only choice"):
+        StructuredOutput(kind="choice", regex="a")
+    with pytest.raises(ValidationError, match="none of"):
+        StructuredOutput(kind="json_object", json_schema={})
+    with pytest.raises(ValidationError, match="surrogate"):
+        StructuredOutput(kind="json_schema", json_schema={"\ud800": 1})
+
+
+# To the engine ----------------------------------------------------------------------
+
+
+def test_the_worker_passes_sampling_to_vllm() -> None:
+    request = parse_request(
+        llmq_request(
+            presence_penalty=0.5,
+            frequency_penalty=0.25,
+            top_k=20,
+            min_p=0.05,
+            repetition_penalty=1.2,
+            min_tokens=4,
+            stop=["END", "STOP"],
+            seed=3,
+            temperature=0.5,  # greedy sampling (0) would clear top_k and min_p in vLLM
+        )
+    )
+    params = sampling_params(sampling_options(request, "interactive"))
+    assert (params.presence_penalty, params.frequency_penalty) == (0.5, 0.25)
+    assert (params.top_k, params.min_p, params.repetition_penalty) == (20, 0.05, 1.2)
+    assert params.min_tokens == 4
+    assert params.stop == ["END", "STOP"]
+    assert params.seed == 3
+    assert params.structured_outputs is None
+
+
+def test_a_resumed_attempt_owes_only_the_rest_of_min_tokens() -> None:
+    request = parse_request(llmq_request(min_tokens=10, max_tokens=20))
+    options = sampling_options(request, "interactive", done_tokens=4)
+    assert options.max_tokens == 16
+    assert options.sampling is not None and options.sampling.min_tokens == 6
+    later = sampling_options(request, "interactive", done_tokens=12)
+    assert later.sampling is not None and later.sampling.min_tokens == 0
+
+
+def test_defaults_reach_vllm_as_its_own_defaults() -> None:
+    params = sampling_params(SamplingOptions(max_tokens=8))
+    assert (params.presence_penalty, params.frequency_penalty, params.repetition_penalty) == (
+        0.0,
+        0.0,
+        1.0,
+    )
+    assert (params.top_k, params.min_p, params.min_tokens) == (0, 0.0, 0)
+
+
+@pytest.mark.parametrize(
+    ("structured", "field", "value"),
+    [
+        (StructuredOutput(kind="json_object"), "json_object", True),
+        (StructuredOutput(kind="json_schema", json_schema=SCHEMA), "json", SCHEMA),
+        (StructuredOutput(kind="choice", choice=["yes", "no"]), "choice", ["yes", "no"]),
+        (StructuredOutput(kind="regex", regex="[0-9]+"), "regex", "[0-9]+"),
+    ],
+)
+def test_a_constraint_reaches_vllm_as_its_structured_outputs(
+    structured: StructuredOutput, field: str, value: object
+) -> None:
+    options = SamplingOptions(max_tokens=8, sampling=Sampling(structured=structured))
+    params = sampling_params(options).structured_outputs
+    assert getattr(params, field) == value
