@@ -83,6 +83,7 @@ def _store_and_enqueue(settings: Settings, path: Path, lines: int) -> dict[str, 
                 purpose=store.INPUT_PURPOSE,
                 owner=OWNER,
                 max_line_bytes=settings.max_body_bytes,
+                max_lines=max(lines, store.MAX_LINES),  # a store measure, not the API's cap
             )
         stored = time.perf_counter()
         after_store = peak_rss_mb()

@@ -204,6 +204,12 @@ class Settings(BaseSettings):
         ge=1024,
         description="the gateway refuses larger batch file uploads (413); read as it streams",
     )
+    batch_max_lines: int = Field(
+        default=50_000,
+        ge=1,
+        description="request lines one uploaded batch file may hold (OpenAI's limit); "
+        "each line may be max_body_bytes long at most; beyond either the upload is a 400",
+    )
     max_messages: int = Field(default=256, ge=1, description="messages per request, at most")
     max_message_chars: int = Field(
         default=100_000, ge=1, description="characters per message, at most"

@@ -7,19 +7,20 @@ means no check (a gateway without keys, an operator's CLI).
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime, timedelta
 from typing import IO, Any
 
-from sqlalchemy import ColumnElement, func, insert, select, update
+from sqlalchemy import ColumnElement, delete, func, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from producer.batches.lines import ENDPOINTS, MAX_CUSTOM_ID_CHARS, peek_custom_id
 from producer.batches.status import ACTIVE, BatchStatus, Tally, next_status, parse_window
 from producer.batches.views import error_line, job_error_code, output_line
-from schemas.boundary import database_boundary
+from schemas.boundary import DATABASE_ERRORS, database_boundary
 from schemas.errors import InvalidRequest, JobNotFound
 from schemas.jobs import JobStatus
 from schemas.queues import Tier
@@ -29,6 +30,8 @@ INPUT_PURPOSE = "batch"
 OUTPUT_PURPOSE = "batch_output"
 ERROR_PURPOSE = "batch_error"
 INSERT_CHUNK = 1000
+MAX_LINES = 50_000
+"""Request lines in one batch file, at most (OpenAI's limit)."""
 READ_CHUNK = 500
 CONTENT_PIECE_BYTES = 64 * 1024
 MAX_LIST_LIMIT = 100
@@ -60,13 +63,19 @@ def create_file(
     purpose: str,
     owner: str | None,
     max_line_bytes: int,
+    max_lines: int = MAX_LINES,
 ) -> BatchFile:
-    """Store an uploaded JSONL file line by line (never all of it in memory).
+    """Store an uploaded JSONL file line by line (never all of it, nor more than one
+    line of ``max_line_bytes``, in memory).
 
-    Blank lines are dropped. A line that is not UTF-8, longer than ``max_line_bytes``
-    or repeats an earlier ``custom_id`` is kept with its problem noted, and becomes
-    that line's error when the batch runs. Raises ``InvalidRequest`` for a purpose
-    other than ``batch`` or a file without lines, ``DatabaseUnavailable``.
+    Blank lines are dropped. A line that is not UTF-8 or repeats an earlier
+    ``custom_id`` is kept with its problem noted, and becomes that line's error when
+    the batch runs. Lines are written ``INSERT_CHUNK`` at a time, each chunk its own
+    short transaction (a large file never holds SQLite's write lock for long), and the
+    file's row last, so the file exists only once all of it is stored. Raises
+    ``InvalidRequest`` for a purpose other than ``batch``, a file without lines, a line
+    longer than ``max_line_bytes`` or more than ``max_lines`` lines (nothing is kept);
+    ``DatabaseUnavailable``.
     """
     if purpose != INPUT_PURPOSE:
         raise InvalidRequest(f"purpose must be {INPUT_PURPOSE!r}, not {purpose!r}")
@@ -79,43 +88,74 @@ def create_file(
         lines=0,
         created_at=utcnow(),
     )
-    seen: set[str] = set()
-    pending: list[dict[str, Any]] = []
-    size = 0
-    count = 0
-    with database_boundary("store the uploaded file"), sessions.begin() as session:
-        for raw in stream:
-            size += len(raw)
-            if not raw.strip():
-                continue
-            line = _stored_line(row.id, count, raw, seen, max_line_bytes)
-            pending.append(line)
-            count += 1
-            if len(pending) >= INSERT_CHUNK:
-                session.execute(insert(BatchFileLine), pending)
-                pending = []
-        if pending:
-            session.execute(insert(BatchFileLine), pending)
-        if count == 0:
-            raise InvalidRequest("the file has no lines: a batch file holds one request a line")
-        row.bytes, row.lines = size, count
-        session.add(row)
+    try:
+        row.bytes, row.lines = _store_lines(sessions, stream, row.id, max_line_bytes, max_lines)
+        with database_boundary("store the uploaded file"), sessions.begin() as session:
+            session.add(row)
+    except BaseException:
+        _forget_lines(sessions, row.id)
+        raise
     return row
 
 
-def _stored_line(
-    file_id: str, line_no: int, raw: bytes, seen: set[str], max_line_bytes: int
-) -> dict[str, Any]:
+def _store_lines(
+    sessions: sessionmaker[Session],
+    stream: IO[bytes],
+    file_id: str,
+    max_line_bytes: int,
+    max_lines: int,
+) -> tuple[int, int]:
+    """Insert the upload's lines in chunks; its size in bytes and its line count."""
+    seen: set[str] = set()  # at most max_lines ids
+    pending: list[dict[str, Any]] = []
+    size = count = physical = 0
+    while raw := stream.readline(max_line_bytes + 2):  # room for the line's ending
+        size += len(raw)
+        physical += 1
+        content = raw.rstrip(b"\r\n")
+        if len(content) > max_line_bytes:
+            raise InvalidRequest(
+                f"line {physical} of the file is longer than the limit of "
+                f"{max_line_bytes} bytes a line"
+            )
+        if not content.strip():
+            continue
+        if count >= max_lines:
+            raise InvalidRequest(
+                f"the file has more than {max_lines} request lines, the limit of one batch"
+            )
+        pending.append(_stored_line(file_id, count, content, seen))
+        count += 1
+        if len(pending) >= INSERT_CHUNK:
+            _insert_lines(sessions, pending)
+            pending = []
+    if pending:
+        _insert_lines(sessions, pending)
+    if count == 0:
+        raise InvalidRequest("the file has no lines: a batch file holds one request a line")
+    return size, count
+
+
+def _insert_lines(sessions: sessionmaker[Session], lines: list[dict[str, Any]]) -> None:
+    with database_boundary("store the uploaded file"), sessions.begin() as session:
+        session.execute(insert(BatchFileLine), lines)
+
+
+def _forget_lines(sessions: sessionmaker[Session], file_id: str) -> None:
+    """Remove what a refused or failed upload stored (its file row was never written)."""
+    # With the database gone this fails too; the lines left belong to no file and are
+    # never read.
+    with contextlib.suppress(*DATABASE_ERRORS), sessions.begin() as session:
+        session.execute(delete(BatchFileLine).where(BatchFileLine.file_id == file_id))
+
+
+def _stored_line(file_id: str, line_no: int, raw: bytes, seen: set[str]) -> dict[str, Any]:
     problem = None
     custom_id = None
-    if len(raw) > max_line_bytes:
-        problem = f"the line is longer than {max_line_bytes} bytes"
-        text = ""
-    else:
-        try:
-            text = raw.decode("utf-8").strip()
-        except UnicodeDecodeError:
-            problem, text = "the line is not UTF-8 text", ""
+    try:
+        text = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        problem, text = "the line is not UTF-8 text", ""
     if "\x00" in text:
         # PostgreSQL text cannot hold NUL, and JSON never needs a raw one.
         problem, text = "the line holds a NUL character", ""

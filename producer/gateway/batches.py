@@ -79,6 +79,7 @@ class BatchApi:
                 purpose=purpose,
                 owner=owner,
                 max_line_bytes=self.gateway.settings.max_body_bytes,
+                max_lines=self.gateway.settings.batch_max_lines,
             )
             row = await asyncio.to_thread(create, self._sessions, upload.file)
         finally:

@@ -7,6 +7,7 @@ recent check; both stay fast and cheap however often they are called.
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import threading
 import time
@@ -16,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.exc import OperationalError
 from starlette.testclient import TestClient
 
@@ -27,6 +28,7 @@ from producer.gateway import queue_metrics
 from producer.gateway.app import Gateway, create_app
 from producer.gateway.keys import create_key
 from schemas.db import engine_of, make_engine, make_sessions
+from schemas.errors import InvalidRequest
 from schemas.queues import Priority, Tier
 from schemas.settings import Settings, TierConfig
 from tests.gateway_server import running_gateway
@@ -147,6 +149,7 @@ def test_metrics_needs_a_key_when_keys_are_on(integration_settings: Settings) ->
 def test_readyz_is_answered_from_a_recent_check_and_writes_nothing(
     integration_settings: Settings,
 ) -> None:
+    clear_batches(integration_settings.database_url)
     app = create_app(integration_settings.model_copy(update={"readyz_cache_s": 30.0}))
     with TestClient(app) as http:
         gateway: Gateway = app.state.gateway
@@ -164,7 +167,7 @@ def test_readyz_is_answered_from_a_recent_check_and_writes_nothing(
             event.remove(engine, "before_cursor_execute", count)
     assert not [s for s in statements if s.lstrip().upper().startswith("INSERT")], statements
     # (The batch runner shares the engine: its sweeps are not the probe's.)
-    probes = [s for s in statements if "batches" not in s]
+    probes = [s for s in statements if "batch" not in s]
     assert len(probes) <= 2, probes
 
 
@@ -209,3 +212,68 @@ def test_a_slow_download_holds_no_database_connection(integration_settings: Sett
         rest = b"".join(pieces)
     lines = (first + rest).decode().splitlines()
     assert [json.loads(text)["custom_id"] for text in lines] == [f"r{i}" for i in range(1200)]
+
+
+def stored_line_count(settings: Settings) -> int:
+    engine = make_engine(settings.database_url)
+    with engine.connect() as conn:
+        count = conn.execute(text("SELECT count(*) FROM batch_file_lines")).scalar_one()
+    engine.dispose()
+    return int(count)
+
+
+def test_an_upload_over_the_line_cap_is_a_400_that_keeps_nothing(
+    integration_settings: Settings,
+) -> None:
+    clear_batches(integration_settings.database_url)
+    settings = integration_settings.model_copy(update={"batch_max_lines": 5})
+    headers = new_key(settings)
+
+    def upload(http: httpx.Client, lines: int) -> httpx.Response:
+        body = ("\n".join(line(f"r{i}") for i in range(lines)) + "\n\n").encode()
+        files = {"file": ("r.jsonl", body, "application/jsonl")}
+        return http.post("/v1/files", files=files, data={"purpose": "batch"}, headers=headers)
+
+    with running_gateway(settings) as url, httpx.Client(base_url=url) as http:
+        assert upload(http, 5).status_code == 200  # blank lines are not requests
+        refused = upload(http, 6)
+    assert refused.status_code == 400, refused.text
+    message = refused.json()["error"]["message"]
+    assert message == "the file has more than 5 request lines, the limit of one batch"
+    assert stored_line_count(settings) == 5  # the accepted file's only
+
+
+def test_an_over_long_line_is_a_400_read_no_further_than_the_limit(
+    integration_settings: Settings,
+) -> None:
+    clear_batches(integration_settings.database_url)
+    first = (line("a") + "\n").encode()
+    stream = io.BytesIO(first + b"x" * (5 << 20))  # 5 MiB and no newline
+    with Client(integration_settings) as client, pytest.raises(InvalidRequest) as refused:
+        store.create_file(
+            client.sessions,
+            stream,
+            filename="r.jsonl",
+            purpose="batch",
+            owner="team",
+            max_line_bytes=4096,
+        )
+    assert str(refused.value) == "line 2 of the file is longer than the limit of 4096 bytes a line"
+    assert stream.tell() <= len(first) + 4096 + 2
+    assert stored_line_count(integration_settings) == 0
+
+
+def test_a_large_upload_is_stored_in_short_transactions(db_settings: Settings) -> None:
+    clear_batches(db_settings.database_url)
+    with Client(db_settings) as client:
+        commits: list[int] = []
+        engine = engine_of(client.sessions)
+        listener = lambda _conn: commits.append(1)  # noqa: E731
+        event.listen(engine, "commit", listener)
+        try:
+            stored = _upload(client, [line(f"r{i}") for i in range(2500)])
+        finally:
+            event.remove(engine, "commit", listener)
+    assert stored.lines == 2500
+    assert len(commits) >= 3  # a chunk of 1000 lines a transaction, then the file's row
+    assert stored_line_count(db_settings) == 2500

@@ -75,14 +75,15 @@ def test_custom_ids_are_peeked_without_raising() -> None:
 
 def test_stored_lines_note_repeats_and_undecodable_bytes() -> None:
     seen: set[str] = set()
-    first = _stored_line("f", 0, raw().encode() + b"\n", seen, 1000)
-    again = _stored_line("f", 1, raw().encode(), seen, 1000)
-    binary = _stored_line("f", 2, b"\xff\xfe\n", seen, 1000)
-    huge = _stored_line("f", 3, raw().encode(), seen, 10)
+    first = _stored_line("f", 0, raw().encode() + b"\n", seen)
+    again = _stored_line("f", 1, raw().encode(), seen)
+    binary = _stored_line("f", 2, b"\xff\xfe\n", seen)
     assert first["problem"] is None and first["custom_id"] == "a"
     assert first["content"] == raw()
     assert "repeats" in again["problem"]
-    assert "UTF-8" in binary["problem"] and "longer" in huge["problem"]
+    assert "UTF-8" in binary["problem"]
+    # An over-long line is refused with the whole upload (tests/integration/
+    # test_gateway_stalls.py), never read whole nor stored.
 
 
 @pytest.mark.parametrize(("window", "hours"), [("24h", 24), ("30m", 0.5), ("2d", 48), ("3600s", 1)])
