@@ -231,6 +231,14 @@ class Settings(BaseSettings):
         "its own (it waits there while the batch queue is full); more wait their turn. "
         "These threads are never the ones key checks and submits use",
     )
+    batch_api_threads: int = Field(
+        default=4,
+        ge=1,
+        le=256,
+        description="threads the gateway's Batch API routes (uploads, downloads, create, "
+        "cancel) do their database work in; more calls wait their turn. These threads "
+        "are never the ones key checks and submits use",
+    )
     metrics_refresh_s: float = Field(
         default=5.0,
         gt=0,

@@ -1,16 +1,19 @@
 """The Batch API's routes, OpenAI's shapes: ``/v1/files`` and ``/v1/batches``.
 
-Thin: each route checks who calls, then calls :mod:`producer.batches` in a thread.
-Every id is the calling key's own: another key's file or batch is a 404.
+Thin: each route checks who calls, then calls :mod:`producer.batches` in a thread of
+the Batch API's own bounded pool (``batch_api_threads``), never the pool key checks and
+submits use: a flood of uploads, downloads or cancels waits its turn there. Every id
+is the calling key's own: another key's file or batch is a 404.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -24,9 +27,11 @@ from producer.batches.runner import BatchRunner
 from producer.batches.views import batch_object, file_object
 from producer.gateway.context import GatewayContext
 from producer.gateway.errors import BAD_REQUEST, GatewayError
+from schemas.tables import BatchFile
 
 FILES_PATH = "/v1/files"
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[Any]]
+T = TypeVar("T")
 
 
 class CreateBatch(BaseModel):
@@ -47,6 +52,12 @@ class BatchApi:
     def __init__(self, gateway: GatewayContext) -> None:
         self.gateway = gateway
         self.runner: BatchRunner | None = None
+        self._pool = ThreadPoolExecutor(
+            gateway.settings.batch_api_threads, thread_name_prefix="llmq-batch-api"
+        )
+
+    async def _run(self, work: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, work)
 
     async def _owner(self, request: Request) -> str | None:
         identity = await self.gateway.identify(request)
@@ -81,22 +92,26 @@ class BatchApi:
                 max_line_bytes=self.gateway.settings.max_body_bytes,
                 max_lines=self.gateway.settings.batch_max_lines,
             )
-            row = await asyncio.to_thread(create, self._sessions, upload.file)
+            row = await self._run(partial(create, self._sessions, upload.file))
         finally:
             await form.close()
         return JSONResponse(file_object(row))
 
     async def file(self, file_id: str, request: Request) -> JSONResponse:
         owner = await self._owner(request)
-        row = await asyncio.to_thread(partial(store.get_file, owner=owner), self._sessions, file_id)
+        row = await self._run(partial(store.get_file, self._sessions, file_id, owner=owner))
         return JSONResponse(file_object(row))
 
     async def content(self, file_id: str, request: Request) -> StreamingResponse:
         owner = await self._owner(request)
-        row = await asyncio.to_thread(partial(store.get_file, owner=owner), self._sessions, file_id)
-        return StreamingResponse(
-            store.file_content(self._sessions, row), media_type="application/jsonl"
-        )
+        row = await self._run(partial(store.get_file, self._sessions, file_id, owner=owner))
+        return StreamingResponse(self._pieces(row), media_type="application/jsonl")
+
+    async def _pieces(self, row: BatchFile) -> AsyncIterator[bytes]:
+        """The file's content; each page is read in the pool, none is held while sent."""
+        pieces = store.file_content(self._sessions, row)
+        while (piece := await self._run(partial(next, pieces, None))) is not None:
+            yield piece
 
     async def create(self, body: CreateBatch, request: Request) -> JSONResponse:
         owner = await self._owner(request)
@@ -109,18 +124,16 @@ class BatchApi:
             tier=body.tier,
             metadata=body.metadata,
         )
-        row = await asyncio.to_thread(create, self._sessions)
+        row = await self._run(partial(create, self._sessions))
         if self.runner is not None:
             self.runner.wake()
         return JSONResponse(batch_object(row))
 
     async def retrieve(self, batch_id: str, request: Request) -> JSONResponse:
         owner = await self._owner(request)
-        row = await asyncio.to_thread(
-            partial(store.get_batch, owner=owner), self._sessions, batch_id
-        )
-        refresh = partial(store.refresh_batch, cancel_job=self._cancel)
-        row = await asyncio.to_thread(refresh, self._sessions, row.id)
+        row = await self._run(partial(store.get_batch, self._sessions, batch_id, owner=owner))
+        refresh = partial(store.refresh_batch, self._sessions, row.id, cancel_job=self._cancel)
+        row = await self._run(refresh)
         return JSONResponse(batch_object(row))
 
     async def listing(
@@ -128,7 +141,7 @@ class BatchApi:
     ) -> JSONResponse:
         owner = await self._owner(request)
         find = partial(store.list_batches, owner=owner, limit=limit, after=after)
-        rows, has_more = await asyncio.to_thread(find, self._sessions)
+        rows, has_more = await self._run(partial(find, self._sessions))
         data = [batch_object(row) for row in rows]
         return JSONResponse(
             {
@@ -143,7 +156,7 @@ class BatchApi:
     async def cancel(self, batch_id: str, request: Request) -> JSONResponse:
         owner = await self._owner(request)
         cancel = partial(store.cancel_batch, owner=owner, cancel_job=self._cancel)
-        row = await asyncio.to_thread(cancel, self._sessions, batch_id)
+        row = await self._run(partial(cancel, self._sessions, batch_id))
         if self.runner is not None:
             self.runner.wake()
         return JSONResponse(batch_object(row))
@@ -162,6 +175,7 @@ class BatchApi:
                     yield state
                 finally:
                     await self.runner.stop()
+                    self._pool.shutdown(wait=False, cancel_futures=True)
 
         return with_runner
 

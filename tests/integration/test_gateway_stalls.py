@@ -277,3 +277,40 @@ def test_a_large_upload_is_stored_in_short_transactions(db_settings: Settings) -
     assert stored.lines == 2500
     assert len(commits) >= 3  # a chunk of 1000 lines a transaction, then the file's row
     assert stored_line_count(db_settings) == 2500
+
+
+def test_slow_uploads_leave_key_checks_their_threads(
+    integration_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clear_batches(integration_settings.database_url)
+    # Every upload at once in the Batch API's pool: what is measured is which pool.
+    settings = integration_settings.model_copy(update={"batch_api_threads": 40})
+    uploader = new_key(settings, "uploader")
+    original = store.create_file
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(2.5)  # a large file on a busy database
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(store, "create_file", slow)
+    body = (line("a") + "\n").encode()
+    with running_gateway(settings) as url, httpx.Client(base_url=url) as http:
+        assert http.get("/v1/models", headers=uploader).status_code == 200  # its key cached
+
+        def upload() -> None:
+            files = {"file": ("r.jsonl", body, "application/jsonl")}
+            with httpx.Client(base_url=url, timeout=120) as own:
+                own.post("/v1/files", files=files, data={"purpose": "batch"}, headers=uploader)
+
+        # More than any default pool (at most 32 threads) could run at once.
+        uploads = [threading.Thread(target=upload) for _ in range(40)]
+        for thread in uploads:
+            thread.start()
+        time.sleep(1.2)  # every upload is parsed and in store.create_file by now
+        fresh = new_key(settings, "fresh")  # not cached: checked in a thread
+        started = time.perf_counter()
+        assert http.get("/v1/models", headers=fresh).status_code == 200
+        waited = time.perf_counter() - started
+        for thread in uploads:
+            thread.join()
+    assert waited < 1.0, f"a key check waited {waited:.2f} s behind uploads"
