@@ -109,3 +109,20 @@ def test_growth_back_to_the_share_last_cut_is_probed_rarely() -> None:
     clock.now += 30.0
     s.first_token(0.1)
     assert s.share() == 10
+
+
+def test_once_the_probed_share_holds_growth_beyond_it_is_not_slowed() -> None:
+    clock = Clock()
+    s = share(clock, start=4)
+    s.first_token(2.0)  # 4 -> 2, the last cut came from 4
+    clock.now += 3.0
+    clock.now += 1.0
+    s.first_token(0.1)
+    assert s.share() == 3
+    clock.now += 30.0
+    s.first_token(0.1)
+    assert s.share() == 4  # the probe of the share that missed
+    for expected in (5, 6, 7):
+        clock.now += 1.0
+        s.first_token(0.1)
+        assert s.share() == expected  # past it: a slot a second again

@@ -14,7 +14,7 @@ what interactive requests measure, in the manner of AIMD congestion control:
 - between the two, the share holds;
 - growth back to the share that was last cut waits ``probe_every_s``: that share
   missed the SLO once, so it is probed rarely, as TCP CUBIC dwells near the window
-  where it last lost packets.
+  where it last lost packets; once it holds, growth beyond it goes at the usual pace.
 
 Without interactive work the share is not asked (batch may use its whole maximum).
 """
@@ -141,7 +141,9 @@ class SloShare:
                 self._cut_from = before
                 self.cuts += 1
                 return ShareChange(before, self._share, seconds)
-            probing = self._share + 1 >= self._cut_from
+            # Only the step back to the share that missed is slow; past it (that share
+            # held) the share grows at the usual pace again.
+            probing = self._share + 1 == self._cut_from
             wait = tuning.probe_every_s if probing else tuning.grow_every_s
             if of_slo <= tuning.grow_below and now - self._changed_at >= wait:
                 self._share = min(self.high, self._share + 1)
