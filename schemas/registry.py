@@ -43,6 +43,9 @@ class WorkerEntry(BaseModel):
     phase: str | None = None
     """While warming, what the worker is doing: one of :data:`WARMING_PHASES`."""
     in_flight: int = 0
+    held_jobs: list[str] | None = None
+    """Ids of the jobs whose tasks this worker runs now (None: a worker too old to say).
+    A ``running`` row of this worker missing here is one it lost track of."""
     started_at: float | None = None
     warm_at: float | None = None
     seen_at: float | None = None

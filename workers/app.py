@@ -68,7 +68,10 @@ def generate_task(
     if runtime is None:
         raise RuntimeError("the worker took a job before its engine was started")
     try:
-        run_job(runtime, job_id, _hint(request, priority))
+        # Held while its task runs: a row left running after that is one the reaper
+        # recovers even though this worker lives (workers.held_jobs).
+        with runtime.held.holding(job_id):
+            run_job(runtime, job_id, _hint(request, priority))
     except DatabaseUnavailable as exc:
         # The job could not be claimed; try again shortly rather than drop its message.
         log.warning("job %s waits for the database: %s", job_id, exc)

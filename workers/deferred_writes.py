@@ -4,9 +4,10 @@ A job's end (done, failed, back to its queue) is written with quick retries firs
 (``workers.jobs.with_db_retry``, about a minute in all). Should the database stay
 away longer, the write is not dropped: it waits here and is tried again every
 ``RETRY_INTERVAL_S`` for as long as the worker lives. Dropped, it would leave the
-row ``running`` under a live worker, which the reaper leaves alone (it recovers the
-jobs of dead workers only), so the job would never end or run again. Should this
-worker die first, its rows are a dead worker's, and the reaper recovers them.
+row ``running`` under a live worker until the reaper found that worker no longer
+holds the job (``workers.held_jobs``, half a minute) and sent it again; once the
+database is back, a held write lands well before that. Should this worker die first,
+its rows are a dead worker's, and the reaper recovers them.
 """
 
 from __future__ import annotations

@@ -13,6 +13,11 @@ is recovered:
   back to ``queued`` and its message is sent again, so another worker resumes it;
   after ``max_attempts`` it is dead-lettered instead, so a job that kills its worker
   cannot loop. A copy of a message that arrives twice claims nothing.
+* **Jobs a live worker lost track of.** A running row whose worker is alive but has
+  not held the job (``held_jobs`` in its heartbeat, ``workers.held_jobs``) for
+  ``UNHELD_GRACE_S`` is recovered the same way: its task ended without its end being
+  written (a write the database kept refusing, a bug). A worker too old to report
+  what it holds is left alone.
 * **Queued jobs past their deadline** end ``expired`` without running.
 * **Queues a Redis restart emptied.** Redis without persistence forgets its lists.
   A marker key without expiry tells: when it is gone, the first worker of the tier to
@@ -22,6 +27,7 @@ is recovered:
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -57,6 +63,10 @@ MISSING_GRACE_S = 2.0
 # sends it again (a worker's death triggers the sweep at once).
 LOST_MESSAGE_AGE_S = 10.0
 SWEEP_INTERVAL_S = 60.0
+# Many heartbeats: a job claimed just now is in its worker's next one, within a second.
+# Longer than a deferred write's retry (workers.deferred_writes), which lands first
+# once the database is back.
+UNHELD_GRACE_S = 30.0
 
 SendJob = Callable[[str, Tier, Priority], None]
 FindMessages = Callable[[], set[str]]
@@ -92,10 +102,12 @@ class Reaper:
     restore_held: RestoreHeld = _restore_nothing
     messages_in_broker: FindMessages | None = None
     grace_s: float = MISSING_GRACE_S
+    unheld_grace_s: float = UNHELD_GRACE_S
     sweep_interval_s: float = SWEEP_INTERVAL_S
     variants: tuple[Tier, ...] = ()
     """Configured variants, whose queues are looked after like the base tiers'."""
     _missing_since: dict[str, float] = field(default_factory=dict)
+    _unheld_since: dict[tuple[str, str, int], float] = field(default_factory=dict)
 
     def run_once(self) -> int:
         """Recover what can be recovered now; return how many messages were put back."""
@@ -115,6 +127,8 @@ class Reaper:
         for row in rows:
             if row.worker_id in dead:
                 recovered += self._recover(row)
+        live = [row for row in rows if row.worker_id not in dead]
+        recovered += self._recover_unheld(live, now=time.monotonic())
         # A worker can die between popping a message and recording it; nothing but a
         # look at every queued job finds that message's job again.
         recovered += self._resend_lost_messages(now_due=bool(dead))
@@ -171,9 +185,49 @@ class Reaper:
                 dead.add(worker_id)
         return dead
 
-    def _recover(self, row: RunningRow) -> int:
+    def _recover_unheld(self, rows: list[RunningRow], *, now: float) -> int:
+        """Recover the rows of live workers that have not held them for ``unheld_grace_s``."""
+        held = self._held_jobs(sorted({row.worker_id for row in rows}))
+        unheld: dict[tuple[str, str, int], float] = {}
+        recovered = 0
+        for row in rows:
+            ids = held.get(row.worker_id)
+            if ids is None or row.id in ids:
+                continue
+            key = (row.id, row.worker_id, row.attempts)
+            since = unheld[key] = self._unheld_since.get(key, now)
+            if now - since >= self.unheld_grace_s:
+                recovered += self._recover(row, lost=True)
+        self._unheld_since = unheld
+        return recovered
+
+    def _held_jobs(self, worker_ids: list[str]) -> dict[str, set[str]]:
+        """What each worker's last heartbeat says it holds; absent when it does not say."""
+        if not worker_ids:
+            return {}
+        pipe = self.redis.pipeline(transaction=False)
+        for worker_id in worker_ids:
+            pipe.hget(worker_key(worker_id), "held_jobs")
+        found = {}
+        for worker_id, raw in zip(worker_ids, pipe.execute(), strict=True):
+            try:
+                ids = json.loads(raw) if raw is not None else None
+            except ValueError:
+                continue
+            if isinstance(ids, list):
+                found[worker_id] = {str(job_id) for job_id in ids}
+        return found
+
+    def _recover(self, row: RunningRow, *, lost: bool = False) -> int:
+        """Send a running job of a dead worker (``lost``: of a live worker that no longer
+        holds it) again, or dead-letter it after ``max_attempts``."""
         if row.attempts >= self.max_attempts:
-            message = f"dead-lettered: its worker died during each of its {row.attempts} attempts"
+            message = (
+                f"dead-lettered: its worker lost track of it on the last of its {row.attempts} "
+                "attempts"
+                if lost
+                else f"dead-lettered: its worker died during each of its {row.attempts} attempts"
+            )
             if release_job(self.sessions, row, JobStatus.DEAD_LETTER, error=message):
                 log.error("job %s %s", row.id, message)
                 publisher = StreamPublisher(self.redis, row.id, ttl_s=self.replay_ttl_s)
@@ -182,7 +236,8 @@ class Reaper:
             return 0
         if not release_job(self.sessions, row, JobStatus.QUEUED):
             return 0  # its worker came back and finished it, or another reaper won
-        log.warning("worker %s died running job %s; sending it again", row.worker_id, row.id)
+        what = "no longer holds" if lost else "died running"
+        log.warning("worker %s %s job %s; sending it again", row.worker_id, what, row.id)
         try:
             self.send(row.id, row.tier, row.priority)
         except Exception:
@@ -280,7 +335,8 @@ def release_job(
     *,
     error: str | None = None,
 ) -> bool:
-    """Move a dead worker's running job to ``status``; False if the row changed meanwhile."""
+    """Move a running job its worker lost (died, or no longer holds it) to ``status``;
+    False if the row changed meanwhile."""
     values: dict[str, object] = {"status": status.value}
     if status.is_final:
         values |= {"error": error, "finished_at": db_now()}

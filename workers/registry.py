@@ -40,16 +40,24 @@ class WorkerRegistration(BackgroundLoop):
         self._key = worker_key(worker_id)
         self._in_flight = in_flight
         self._stats: Callable[[], dict[str, Any]] | None = None
+        # None until told: a worker that reports no held jobs must really hold none.
+        self._held: Callable[[], list[str]] | None = None
         self._entry = WorkerEntry(
             worker_id=worker_id, tier=tier, concurrency=concurrency, started_at=time.time()
         )
 
     def track(
-        self, in_flight: Callable[[], int], stats: Callable[[], dict[str, Any]] | None = None
+        self,
+        in_flight: Callable[[], int],
+        stats: Callable[[], dict[str, Any]] | None = None,
+        *,
+        held: Callable[[], list[str]] | None = None,
     ) -> None:
-        """Report load from ``in_flight`` and figures from ``stats`` (once the engine exists)."""
+        """Report load from ``in_flight``, figures from ``stats`` (once the engine exists)
+        and the ids of the jobs held from ``held`` (``workers.held_jobs``)."""
         self._in_flight = in_flight
         self._stats = stats
+        self._held = held
 
     def announce(self) -> None:
         """Publish the entry (cold) and start the heartbeat.
@@ -104,6 +112,7 @@ class WorkerRegistration(BackgroundLoop):
                 **self._entry.model_dump(),
                 **stats,
                 "in_flight": self._in_flight(),
+                "held_jobs": self._held() if self._held is not None else None,
                 "seen_at": time.time(),
             }
         )

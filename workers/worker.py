@@ -139,7 +139,7 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
         if options.metrics_port is not None and runtime.metrics is not None:
             runtime.metrics.serve(options.metrics_port)
             log.info("metrics on :%d/metrics", options.metrics_port)
-        registration.track(engine.in_flight, runtime.prefix_stats.snapshot)
+        registration.track(engine.in_flight, runtime.prefix_stats.snapshot, held=runtime.held.ids)
         keep_warm, timing = _warm_engine(runtime, registration, options, concurrency)
         registration.track(
             engine.in_flight,
@@ -147,6 +147,7 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
                 runtime.prefix_stats.snapshot()
                 | share_snapshot(shares, runtime.recent_first_tokens, runtime.batch_share)
             ),
+            held=runtime.held.ids,
         )
         warm_job_path(runtime)
         app.runtime = runtime

@@ -19,6 +19,7 @@ from workers.append_combiner import AppendCombiner
 from workers.deferred_writes import DeferredWrites
 from workers.engine.base import Engine
 from workers.first_tokens import FirstTokenGate
+from workers.held_jobs import HeldJobs
 from workers.metrics import WorkerMetrics
 from workers.prefix import PrefixCacheStats
 from workers.received_starts import ReceivedStarts
@@ -47,6 +48,8 @@ class WorkerRuntime:
     prefix_stats: PrefixCacheStats = field(default_factory=PrefixCacheStats)
     warm: threading.Event = field(default_factory=threading.Event)
     running: RunningJobs = field(default_factory=RunningJobs)
+    held: HeldJobs = field(default_factory=HeldJobs)
+    """The jobs whose tasks run now, reported with every heartbeat."""
     metrics: WorkerMetrics | None = None
     on_engine_dead: Callable[[], None] = lambda: None
     """Called once the engine is found dead; the worker stops so it can be restarted."""
