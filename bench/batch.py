@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from bench.goodput import wilson_interval
 from bench.harness import (
     SETTLE_S,
     Rig,
@@ -70,6 +71,8 @@ def run_batch(
         shared = _batch(rig, requests, max_tokens, samples, label="as one batch, people waiting")
     idle_p50 = statistics.median(idle)
     during_p50 = statistics.median(shared.during) if shared.during else float("nan")
+    slo_ms = settings.tier(tier).interactive_ttft_slo_ms
+    within = sum(ttft <= slo_ms for ttft in shared.during)
     return {
         "bench": "batch",
         "tier": tier.value,
@@ -86,6 +89,14 @@ def run_batch(
         "interactive_ttft_p50_during_batch_ms": rounded(during_p50),
         "interactive_ttft_ratio": rounded(during_p50 / idle_p50),
         "interactive_samples_during_batch": len(shared.during),
+        # Both sides of the share: people inside their first-token SLO, and what the
+        # batch got beside them.
+        "slo_ttft_ms": slo_ms,
+        "interactive_slo_attainment_during_batch": (
+            round(within / len(shared.during), 4) if shared.during else None
+        ),
+        "interactive_slo_attainment_ci95": wilson_interval(within, len(shared.during)),
+        "batch_tok_s_while_interactive": rounded(shared.tokens / shared.seconds),
     }
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from bench.goodput import Slo, wilson_interval
 from bench.harness import (
     PAIRED_WARMUP_ROUNDS,
     SETTLE_S,
@@ -76,21 +77,29 @@ def run_priority(
     if samples < MIN_P99_SAMPLES:
         raise ValueError(f"a p99 needs at least {MIN_P99_SAMPLES} samples, not {samples}")
     shares = slot_shares(settings.tier(tier), concurrency)
+    config = settings.tier(tier)
+    slo = Slo(ttft_ms=config.interactive_ttft_slo_ms, tpot_ms=config.interactive_itl_slo_ms)
     pauses = arrival_pauses(random.Random(seed), arrival_jitter_s)
     idle, loaded, flood = SideSamples(), SideSamples(), FloodCounts()
     with bench_rig(settings, tier, concurrency=concurrency, prefill_prompts=False) as rig:
         _interactive_samples(
-            rig, PAIRED_WARMUP_ROUNDS, max_tokens, pauses, SideSamples(), label="warm-up"
+            rig,
+            PAIRED_WARMUP_ROUNDS,
+            max_tokens,
+            pauses,
+            SideSamples(),
+            label="warm-up",
+            slo=slo,
         )
         worker = _worker_fields(rig)
         for number, (is_loaded, size) in enumerate(phases(samples, blocks), start=1):
             if not is_loaded:
                 label = f"idle worker (phase {number})"
-                _interactive_samples(rig, size, max_tokens, pauses, idle, label=label)
+                _interactive_samples(rig, size, max_tokens, pauses, idle, label=label, slo=slo)
                 continue
             with flooded(rig, shares.batch_max, batch_jobs, batch_max_tokens, flood):
                 label = f"worker busy (phase {number})"
-                _interactive_samples(rig, size, max_tokens, pauses, loaded, label=label)
+                _interactive_samples(rig, size, max_tokens, pauses, loaded, label=label, slo=slo)
     idle_p99, loaded_p99 = percentile(idle.ttfts, 99), percentile(loaded.ttfts, 99)
     step_ms = median(idle.steps) if idle.steps else None
     return {
@@ -123,6 +132,14 @@ def run_priority(
         ),
         **_queue_path_fields("idle", idle),
         **_queue_path_fields("loaded", loaded),
+        # The goal: people inside their SLO while batch takes what the SLO leaves.
+        "slo_ttft_ms": slo.ttft_ms,
+        "slo_tpot_ms": slo.tpot_ms,
+        "idle_slo_attainment": idle.attainment(),
+        "loaded_slo_attainment": loaded.attainment(),
+        "loaded_slo_attainment_ci95": wilson_interval(sum(loaded.met), len(loaded.met)),
+        "loaded_batch_tok_s": flood.tokens_per_s(),
+        "batch_tokens_during": flood.tokens_during,
         "batch_completed_during": flood.completed_during,
         "batch_still_queued_after": flood.still_queued_after,
         "batch_messages_withdrawn": flood.withdrawn,
@@ -162,6 +179,13 @@ class FloodCounts:
     completed_during: int = 0
     still_queued_after: int = 0
     withdrawn: int = 0
+    tokens_during: int = 0
+    """Completion tokens of the batch jobs that finished during the loaded phases."""
+    seconds: float = 0.0
+    """How long the loaded phases' samples ran, summed."""
+
+    def tokens_per_s(self) -> float | None:
+        return rounded(self.tokens_during / self.seconds) if self.seconds > 0 else None
 
 
 @contextlib.contextmanager
@@ -180,9 +204,12 @@ def flooded(
     try:
         with step(f"waiting for the worker to fill its {batch_slots} batch slots"):
             _wait_until_batch_runs(client, lambda running: running >= batch_slots)
-        started = utcnow()
+        started, began = utcnow(), time.monotonic()
         yield
-        counts.completed_during += _batch_done_since(client, started)
+        counts.seconds += time.monotonic() - began
+        done, tokens = _batch_done_since(client, started)
+        counts.completed_during += done
+        counts.tokens_during += tokens
         counts.still_queued_after += _count(
             client,
             Job.status == JobStatus.QUEUED.value,
@@ -274,6 +301,12 @@ class SideSamples:
     """The engine's decode step, per sample that has one (``decode_step_ms``)."""
     queue_paths: list[float] = field(default_factory=list)
     """Each first token less the engine's part as the worker timed it (``queue_path_ms``)."""
+    met: list[bool] = field(default_factory=list)
+    """Per sample: first token and decode step (where it has one) inside the tier's SLOs."""
+
+    def attainment(self) -> float | None:
+        """The share of samples inside the SLOs (None without samples)."""
+        return round(sum(self.met) / len(self.met), 4) if self.met else None
 
 
 def queue_path_ms(ttft_ms: float, result: JobResult) -> float | None:
@@ -318,6 +351,7 @@ def _interactive_samples(
     into: SideSamples,
     *,
     label: str,
+    slo: Slo,
 ) -> None:
     """``samples`` requests one after another, their figures added to ``into``."""
     for _ in counted(f"interactive TTFT, {label}", samples).track(range(samples)):
@@ -327,6 +361,7 @@ def _interactive_samples(
         step = decode_step_ms(result)
         if step is not None:
             into.steps.append(step)
+        into.met.append(ttft <= slo.ttft_ms and (step is None or step <= slo.tpot_ms))
         path = queue_path_ms(ttft, result)
         if path is not None:
             into.queue_paths.append(path)
@@ -343,8 +378,16 @@ def _wait_until_batch_runs(
         time.sleep(0.05)
 
 
-def _batch_done_since(client: Client, since: datetime) -> int:
-    return _count(client, Job.status == JobStatus.DONE.value, Job.finished_at >= since)
+def _batch_done_since(client: Client, since: datetime) -> tuple[int, int]:
+    """Batch jobs done since ``since``, and their completion tokens."""
+    query = select(func.count(), func.coalesce(func.sum(Job.completion_tokens), 0)).where(
+        Job.priority == Priority.BATCH.value,
+        Job.status == JobStatus.DONE.value,
+        Job.finished_at >= since,
+    )
+    with client.sessions() as session:
+        row = session.execute(query).one()
+    return int(row[0] or 0), int(row[1] or 0)
 
 
 def _count(client: Client, *conditions: Any) -> int:

@@ -116,7 +116,8 @@ GOALS = (
     Goal("peer", "throughput_ratio", "16-way tokens/s, llmq / vLLM", ">=", 0.97),
     Goal("warm", "ratio", "cold / warm TTFT, 2k system prompt", ">=", 8),
     Goal("warm", "first_penalty", "first warm request / next 20 (p50)", "<=", 1.25),
-    Goal("priority", "ratio", "interactive p99 under batch flood / idle", "<=", 1.5),
+    # A ratio to idle is met by starving batch: the goal is the SLO, batch beside it.
+    Goal("priority", "loaded_slo_attainment", "interactive within SLO under flood", ">=", 0.99),
     Goal("batch", "speedup", "batch alone over one-at-a-time (req/s)", ">=", 5),
     Goal("batch", "interactive_ttft_ratio", "interactive p50 during batch / idle", "<=", 1.5),
     Goal("mixed", "llmq_slo_attainment", "mixed day: interactive within SLO, llmq", ">=", 0.99),

@@ -12,6 +12,8 @@ import pytest
 from bench.harness import SETTLE_S
 from bench.priority import (
     ARRIVAL_JITTER_S,
+    FloodCounts,
+    SideSamples,
     arrival_pauses,
     decode_step_ms,
     idle_plus_step_wait_ratio,
@@ -119,3 +121,15 @@ def test_an_idle_tail_and_the_wait_add_up() -> None:
     idle = [40.0] * 98 + [80.0, 80.0]
     # The 98 fast ones end by 50 ms; the last 1% is half-way through the slow ones' wait.
     assert idle_plus_step_wait_ratio(idle, 10.0) == pytest.approx(85.0 / 80.0)
+
+
+def test_attainment_is_the_share_of_samples_inside_the_slos() -> None:
+    samples = SideSamples(met=[True, True, False, True])
+    assert samples.attainment() == 0.75
+    assert SideSamples().attainment() is None
+
+
+def test_batch_throughput_is_tokens_over_the_loaded_phases_time() -> None:
+    counts = FloodCounts(tokens_during=900, seconds=30.0)
+    assert counts.tokens_per_s() == 30.0
+    assert FloodCounts().tokens_per_s() is None

@@ -44,8 +44,8 @@ def test_the_goal_table_marks_each_figure_and_the_page_says_quick(built: Path) -
     page = built.read_text()
     assert "Quick run:" in page
     assert "test CPU" in page
-    # The fixtures miss four goals: overhead's added TTFT, the priority ratio, and the
-    # mixed day's SLO attainment and goodput ratio (a committed run's figures).
+    # The fixtures miss four goals: overhead's added TTFT, the SLO attainment under the
+    # priority flood, and the mixed day's SLO attainment and goodput ratio.
     assert page.count("<tr class='miss'>") == 4
     assert page.count("<tr class='met'>") == len(report.GOALS) - 4
     assert "(20 of 24 met)" in page
