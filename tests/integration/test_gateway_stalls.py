@@ -289,7 +289,7 @@ def test_slow_uploads_leave_key_checks_their_threads(
     original = store.create_file
 
     def slow(*args: Any, **kwargs: Any) -> Any:
-        time.sleep(2.5)  # a large file on a busy database
+        time.sleep(4.0)  # a large file on a busy database
         return original(*args, **kwargs)
 
     monkeypatch.setattr(store, "create_file", slow)
@@ -306,7 +306,7 @@ def test_slow_uploads_leave_key_checks_their_threads(
         uploads = [threading.Thread(target=upload) for _ in range(40)]
         for thread in uploads:
             thread.start()
-        time.sleep(1.2)  # every upload is parsed and in store.create_file by now
+        time.sleep(2.0)  # every upload is parsed and in store.create_file by now
         fresh = new_key(settings, "fresh")  # not cached: checked in a thread
         started = time.perf_counter()
         assert http.get("/v1/models", headers=fresh).status_code == 200
