@@ -20,6 +20,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
@@ -44,6 +45,14 @@ def in_share(job_id: str, share: float) -> bool:
     """Whether ``job_id`` is among the ``share`` (0-1) of jobs shadowed; stable per id."""
     digest = hashlib.sha256(job_id.encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64 < share
+
+
+def shadow_request(request: dict[str, Any]) -> dict[str, Any]:
+    """The primary job's request as its shadow sends it: the same messages, but in no
+    conversation. The messages already hold the history the primary saw; recorded
+    under the shadow's owner, tenants that reuse a conversation id would share one
+    transcript (and its nightly summary)."""
+    return {name: value for name, value in request.items() if name != "conversation_id"}
 
 
 def shadow_pass(
@@ -90,7 +99,7 @@ def shadow_pass(
         if not in_share(row.id, share):
             continue
         client.submit(
-            row.request,
+            shadow_request(row.request),
             tier=variant,
             priority=Priority.BATCH,
             owner=SHADOW_OWNER,

@@ -71,3 +71,31 @@ def test_in_share_is_stable_and_proportional() -> None:
         assert abs(chosen / len(ids) - share) < 0.01
     assert in_share("job-1", 0.5) == in_share("job-1", 0.5)
     assert all(in_share(job_id, 1.0) for job_id in ids[:100])
+
+
+def test_shadows_of_two_tenants_conversations_join_no_conversation(settings: Settings) -> None:
+    sessions = make_sessions(make_engine(settings.database_url))
+    with Client(settings) as client:
+        ids = [
+            client.submit(
+                {
+                    "messages": [{"role": "user", "content": f"Hi from {owner}"}],
+                    "conversation_id": "1",
+                },
+                tier="small",
+                owner=owner,
+            ).job_id
+            for owner in ("tenant-a", "tenant-b")
+        ]
+        with sessions.begin() as session:
+            session.execute(update(Job).where(Job.id.in_(ids)).values(status="done"))
+        assert shadow_pass(client, sessions, VARIANT, share=1.0) == 2
+    with sessions() as session:
+        shadows = session.scalars(select(Job).where(Job.owner == SHADOW_OWNER)).all()
+    assert len(shadows) == 2
+    # The same messages, in no conversation: nothing is recorded under the shadow owner.
+    assert [job.request.get("conversation_id") for job in shadows] == [None, None]
+    assert sorted(job.request["messages"][0]["content"] for job in shadows) == [
+        "Hi from tenant-a",
+        "Hi from tenant-b",
+    ]
