@@ -9,14 +9,14 @@ from functools import partial
 import redis.asyncio as aioredis
 from sqlalchemy.orm import Session, sessionmaker
 
-from producer.client import Client, result_from_terminal
+from producer.client import Client, result_from_terminal, with_logprobs
 from producer.jobs import new_job_id
 from producer.pubsub_pool import PubSub, PubSubPool
 from producer.streams import Event, aread_events
 from producer.submission import RequestLike
 from schemas.broker import async_redis_client
 from schemas.errors import job_ended
-from schemas.events import ErrorEvent, TerminalEvent, TokenEvent, is_terminal
+from schemas.events import ErrorEvent, TerminalEvent, TokenEvent, TokenLogprob, is_terminal
 from schemas.jobs import JobResult, JobStatus
 from schemas.queues import Priority, Tier, event_channel
 from schemas.settings import Settings
@@ -219,8 +219,11 @@ class AsyncJobHandle:
 
     async def result(self, *, timeout: float | None = None) -> JobResult:
         """Wait for the final text and timings; raises ``JobFailed`` or ``JobTimeout``."""
+        logprobs: list[TokenLogprob] | None = None
         if self._terminal is None:
-            async for _ in self.events(timeout=timeout):
-                pass
+            async for event in self.events(timeout=timeout):
+                logprobs = with_logprobs(logprobs, event)
         assert self._terminal is not None
-        return result_from_terminal(self.job_id, self.tier, self.priority, self._terminal)
+        return result_from_terminal(
+            self.job_id, self.tier, self.priority, self._terminal, logprobs=logprobs
+        )

@@ -36,7 +36,7 @@ from schemas.boundary import broker_boundary
 from schemas.broker import redis_client as broker_client
 from schemas.db import make_engine, make_sessions
 from schemas.errors import LlmqError, job_ended
-from schemas.events import ErrorEvent, TerminalEvent, TokenEvent, is_terminal
+from schemas.events import ErrorEvent, TerminalEvent, TokenEvent, TokenLogprob, is_terminal
 from schemas.jobs import CANCELLED_MESSAGE, JobResult, JobStatus
 from schemas.messages import ROW_WAIT_S, JobMessage, celery_job_message
 from schemas.prompt_registry import PromptCatalog, PromptRegistry
@@ -520,17 +520,34 @@ class JobHandle:
 
     def result(self, *, timeout: float | None = None) -> JobResult:
         """Wait for the final text and timings; raises ``JobFailed`` or ``JobTimeout``."""
+        logprobs: list[TokenLogprob] | None = None
         if self._terminal is None:
-            for _ in self.events(timeout=timeout):
-                pass
+            for event in self.events(timeout=timeout):
+                logprobs = with_logprobs(logprobs, event)
         assert self._terminal is not None
-        return result_from_terminal(self.job_id, self.tier, self.priority, self._terminal)
+        return result_from_terminal(
+            self.job_id, self.tier, self.priority, self._terminal, logprobs=logprobs
+        )
+
+
+def with_logprobs(logprobs: list[TokenLogprob] | None, event: Event) -> list[TokenLogprob] | None:
+    """``logprobs`` extended by a token event's own, if it has any."""
+    if not isinstance(event, TokenEvent) or event.logprobs is None:
+        return logprobs
+    return [*(logprobs or []), *event.logprobs]
 
 
 def result_from_terminal(
-    job_id: str, tier: Tier, priority: Priority, terminal: TerminalEvent
+    job_id: str,
+    tier: Tier,
+    priority: Priority,
+    terminal: TerminalEvent,
+    *,
+    logprobs: list[TokenLogprob] | None = None,
 ) -> JobResult:
-    """The caller's view of a terminal event; raises ``JobFailed`` for an error event."""
+    """The caller's view of a terminal event; raises ``JobFailed`` for an error event.
+
+    ``logprobs``: those of the job's token events, read on the way to it."""
     if isinstance(terminal, ErrorEvent):
         raise job_ended(job_id, terminal.message, terminal.status)
     return JobResult(
@@ -543,4 +560,5 @@ def result_from_terminal(
         timings=terminal.timings,
         worker_id=terminal.worker_id,
         finish_reason=terminal.finish_reason,
+        logprobs=logprobs,
     )

@@ -41,6 +41,23 @@ class Timings(BaseModel):
     Sent in the final event; not kept in the job's row."""
 
 
+class TopLogprob(BaseModel):
+    """One candidate for a position of the answer, and its log probability."""
+
+    model_config = ConfigDict(frozen=True)
+
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+    """The token's UTF-8 bytes (a token may hold part of a character)."""
+
+
+class TokenLogprob(TopLogprob):
+    """A generated token's log probability, and its most likely alternatives."""
+
+    top_logprobs: list[TopLogprob] = Field(default_factory=list)
+
+
 class TokenEvent(BaseModel):
     """A chunk of generated text."""
 
@@ -49,6 +66,11 @@ class TokenEvent(BaseModel):
     type: Literal["token"] = "token"
     seq: int = Field(ge=0)
     text: str
+    logprobs: list[TokenLogprob] | None = Field(
+        default=None, exclude_if=lambda value: value is None
+    )
+    """Each token of ``text`` with its log probability, for a request that asked for
+    them (``Sampling.logprobs``); left out otherwise."""
 
 
 class AttemptEvent(BaseModel):

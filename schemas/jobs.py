@@ -6,7 +6,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
 
-from schemas.events import Timings, Usage
+from schemas.events import Timings, TokenLogprob, Usage
 from schemas.queues import Priority, Tier
 
 
@@ -69,3 +69,5 @@ class JobResult(BaseModel):
     timings: Timings
     worker_id: str | None
     finish_reason: str | None = None
+    logprobs: list[TokenLogprob] | None = None
+    """Each token's log probability, for a request that asked (``Sampling.logprobs``)."""

@@ -20,6 +20,8 @@ MAX_CHOICES = 64
 """Most options a ``choice`` constraint may list."""
 MAX_PATTERN_CHARS = 4096
 """Longest ``regex`` constraint."""
+MAX_TOP_LOGPROBS = 20
+"""Most alternatives per token (OpenAI's bound, and the engine's default)."""
 
 
 class StructuredOutput(BaseModel):
@@ -79,6 +81,12 @@ class Sampling(BaseModel):
         default=0, ge=0, description="the end of text and stop strings are held off this long"
     )
     structured: StructuredOutput | None = None
+    logprobs: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_TOP_LOGPROBS,
+        description="each generated token's log probability, with this many alternatives",
+    )
 
     def is_default(self) -> bool:
         """True when these options change nothing."""

@@ -281,7 +281,10 @@ def generate(
                     if claimed.priority == Priority.INTERACTIVE:
                         runtime.interactive_first_token(generation.ttft_ms / 1000.0)
                 generation.text_parts.append(delta.text)
-                publisher.token(delta.text)
+            if delta.text or delta.logprobs:
+                # A token may decode to no text yet (part of a character): its log
+                # probability still goes out, in order.
+                publisher.token(delta.text, delta.logprobs)
             if delta.cached_tokens is not None:
                 generation.cached_prompt_tokens = delta.cached_tokens
             generation.completion_tokens = started.resumed_tokens + delta.completion_tokens

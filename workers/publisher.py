@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import redis
 
 from schemas.events import (
@@ -9,6 +11,7 @@ from schemas.events import (
     FinalEvent,
     Timings,
     TokenEvent,
+    TokenLogprob,
     Usage,
     error_event,
     parse_event,
@@ -65,9 +68,11 @@ class StreamPublisher:
         self._emit(event.model_dump_json())
         return streamed
 
-    def token(self, text: str) -> None:
-        """Publish one chunk of generated text."""
-        self._emit(TokenEvent(seq=self.seq, text=text).model_dump_json())
+    def token(self, text: str, logprobs: Sequence[TokenLogprob] = ()) -> None:
+        """Publish one chunk of generated text, with its tokens' log probabilities
+        where the request asked for them."""
+        event = TokenEvent(seq=self.seq, text=text, logprobs=list(logprobs) or None)
+        self._emit(event.model_dump_json())
 
     def final(
         self,

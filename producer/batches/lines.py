@@ -84,6 +84,9 @@ def parse_line(
         )
     if request.stream:
         raise LineInvalid("a batch line cannot stream: leave stream unset or false")
+    if request.logprobs:
+        # A batch's output is built from the job rows, which keep the text alone.
+        raise LineInvalid("a batch line cannot ask for logprobs: leave logprobs unset or false")
     try:
         request.check_bounds(max_messages=max_messages, max_message_chars=max_message_chars)
     except InvalidRequest as exc:

@@ -283,6 +283,7 @@ class Gateway:
                 usage=result.usage,
                 timings=result.timings,
                 tier=result.tier.value,
+                logprobs=(result.logprobs or []) if body.logprobs else None,
             ),
             headers=tier_headers(handle),
         )

@@ -17,7 +17,8 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from schemas.errors import InvalidRequest
-from schemas.events import Timings, Usage
+from schemas.events import Timings, TokenLogprob, Usage
+from schemas.sampling import MAX_TOP_LOGPROBS
 
 
 class StreamOptions(BaseModel):
@@ -100,8 +101,6 @@ class VllmStructuredOutputs(BaseModel):
 
 
 UNSERVED_FIELDS: dict[str, tuple[object, ...]] = {
-    "logprobs": (False,),
-    "top_logprobs": (0,),
     "tools": ([],),
     "tool_choice": ("none",),
     "parallel_tool_calls": (True, False),  # says nothing without tools
@@ -153,6 +152,8 @@ class ChatCompletionRequest(BaseModel):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     response_format: ResponseFormat | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     user: str | None = None
     safety_identifier: str | None = None
     metadata: dict[str, Any] | None = None
@@ -170,8 +171,6 @@ class ChatCompletionRequest(BaseModel):
     store: bool | None = None
     prompt_cache_key: str | None = None
     # Refused unless they ask for nothing (UNSERVED_FIELDS).
-    logprobs: Any = None
-    top_logprobs: Any = None
     tools: Any = None
     tool_choice: Any = None
     parallel_tool_calls: Any = None
@@ -213,6 +212,8 @@ class ChatCompletionRequest(BaseModel):
             ResponseFormat(type="text"),
         ):
             raise ValueError("send response_format or structured_outputs, not both")
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
         return self
 
     def check_bounds(self, *, max_messages: int, max_message_chars: int) -> None:
@@ -263,6 +264,8 @@ class ChatCompletionRequest(BaseModel):
             )
             if value is not None
         }
+        if self.logprobs:
+            sampling["logprobs"] = self.top_logprobs or 0
         if self.structured_outputs is not None:
             sampling["structured"] = self.structured_outputs.constraint()
         elif self.response_format is not None and self.response_format.type == "json_object":
@@ -341,8 +344,9 @@ def completion(
     usage: Usage,
     timings: Timings,
     tier: str,
+    logprobs: list[TokenLogprob] | None = None,
 ) -> dict[str, Any]:
-    """A ``chat.completion`` object."""
+    """A ``chat.completion`` object; ``logprobs`` for a request that asked for them."""
     return {
         "id": completion_id(job_id),
         "object": "chat.completion",
@@ -352,6 +356,7 @@ def completion(
             {
                 "index": 0,
                 "message": {"role": "assistant", "content": text},
+                "logprobs": logprobs_block(logprobs),
                 "finish_reason": finish_reason or "stop",
             }
         ],
@@ -367,6 +372,7 @@ def chunk(
     delta: dict[str, Any],
     finish_reason: str | None = None,
     usage: Usage | None = None,
+    logprobs: list[TokenLogprob] | None = None,
 ) -> dict[str, Any]:
     """A ``chat.completion.chunk`` object."""
     body: dict[str, Any] = {
@@ -374,11 +380,27 @@ def chunk(
         "object": "chat.completion.chunk",
         "created": int(time.time()),
         "model": model,
-        "choices": [] if usage else [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+        "choices": []
+        if usage
+        else [
+            {
+                "index": 0,
+                "delta": delta,
+                "logprobs": logprobs_block(logprobs),
+                "finish_reason": finish_reason,
+            }
+        ],
     }
     if usage is not None:
         body["usage"] = usage_block(usage)
     return body
+
+
+def logprobs_block(logprobs: list[TokenLogprob] | None) -> dict[str, Any] | None:
+    """A choice's ``logprobs``: null unless the request asked for them."""
+    if logprobs is None:
+        return None
+    return {"content": [lp.model_dump() for lp in logprobs], "refusal": None}
 
 
 def error_body(message: str, *, kind: str, code: str | None = None) -> dict[str, Any]:

@@ -42,7 +42,8 @@ async def sse_events(
                     delta["role"] = "assistant"
                     metrics.ttft.labels(model).observe(time.perf_counter() - started)
                     first = False
-                yield encode(event_id, oai.chunk(job_id=job_id, model=model, delta=delta))
+                chunk = oai.chunk(job_id=job_id, model=model, delta=delta, logprobs=event.logprobs)
+                yield encode(event_id, chunk)
             elif isinstance(event, FinalEvent):
                 reason = event.finish_reason or "stop"
                 yield encode(

@@ -129,5 +129,35 @@ def test_min_tokens_holds_off_the_end(sdk: openai.OpenAI) -> None:
 
 
 def test_an_unserved_field_is_refused_before_it_queues(sdk: openai.OpenAI) -> None:
-    with pytest.raises(openai.BadRequestError, match="logprobs"):
-        answer(sdk, logprobs=True)
+    with pytest.raises(openai.BadRequestError, match="logit_bias"):
+        answer(sdk, logit_bias={"50256": -100})
+
+
+def test_logprobs_come_per_token_streamed_or_not(sdk: openai.OpenAI) -> None:
+    reply = sdk.chat.completions.create(
+        model="small", messages=COUNT, max_tokens=12, temperature=0, logprobs=True, top_logprobs=3
+    )
+    choice = reply.choices[0]
+    assert choice.logprobs is not None and choice.logprobs.content is not None
+    tokens = choice.logprobs.content
+    assert reply.usage is not None and len(tokens) == reply.usage.completion_tokens
+    assert "".join(t.token for t in tokens) == choice.message.content
+    for token in tokens:
+        assert len(token.top_logprobs) == 3
+        # Greedy: the token taken is the likeliest one.
+        assert token.top_logprobs[0].token == token.token
+        assert token.top_logprobs[0].logprob == pytest.approx(token.logprob)
+        assert token.logprob <= 0
+
+    text, streamed_tokens = "", []
+    stream = sdk.chat.completions.create(
+        model="small", messages=COUNT, max_tokens=12, temperature=0, logprobs=True, stream=True
+    )
+    for chunk in stream:
+        for part in chunk.choices:
+            text += part.delta.content or ""
+            if part.logprobs is not None and part.logprobs.content:
+                streamed_tokens += part.logprobs.content
+    assert text == choice.message.content
+    assert [t.token for t in streamed_tokens] == [t.token for t in tokens]
+    assert all(t.top_logprobs == [] for t in streamed_tokens)

@@ -8,18 +8,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
 
 import httpx
 import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
+from producer.client import Client
+from schemas.events import TokenLogprob, TopLogprob
 from schemas.sampling import Sampling, StructuredOutput
 from schemas.settings import Settings
 from schemas.tables import Job
 from tests.gateway_server import running_gateway
 from tests.integration.test_gateway import CHAT, HELLO, assert_openai_error, auth, new_key
 from tests.integration.test_runner import ScriptedEngine, runtime_for
+from workers.engine.base import Delta
 from workers.job_runner import run_job
 
 pytestmark = pytest.mark.integration
@@ -35,7 +40,7 @@ def gateway(integration_settings: Settings) -> Iterator[httpx.Client]:
     ("fields", "named"),
     [
         ({"tools": [{"type": "function", "function": {"name": "lookup"}}]}, "tools"),
-        ({"logprobs": True}, "logprobs"),
+        ({"logit_bias": {"50256": -100}}, "logit_bias"),
         ({"temprature": 0.2}, "temprature"),
         ({"messages": [{"role": "user", "content": "hi", "name": "ann"}]}, "messages[0].name"),
     ],
@@ -99,3 +104,44 @@ def test_served_fields_reach_the_engine_and_the_job_row(
     )
     assert row.request["user"] == "end-user-7"
     assert row.request["sampling"]["structured"]["json_schema"] == schema
+
+
+class LogprobEngine(ScriptedEngine):
+    """Emits its chunks, each one token with a made-up log probability."""
+
+    def stream(self, *args: Any, **kwargs: Any) -> Iterator[Delta]:
+        for delta in super().stream(*args, **kwargs):
+            value = -float(delta.completion_tokens)
+            logprob = TokenLogprob(
+                token=delta.text,
+                logprob=value,
+                top_logprobs=[TopLogprob(token=delta.text, logprob=value)],
+            )
+            yield replace(delta, logprobs=(logprob,))
+
+
+def test_logprobs_stream_with_their_tokens_and_come_whole_with_the_result(
+    gateway: httpx.Client, integration_settings: Settings
+) -> None:
+    body = {**HELLO, "stream": True, "priority": "batch", "logprobs": True, "top_logprobs": 1}
+    engine = LogprobEngine(["Hel", "lo"])
+    headers = auth(new_key(integration_settings, "a"))
+    with gateway.stream("POST", CHAT, json=body, headers=headers) as response:
+        assert response.status_code == 200
+        db = create_engine(integration_settings.database_url)
+        with Session(db) as session:
+            job_id = session.scalars(select(Job.id)).one()
+        db.dispose()
+        run_job(runtime_for(integration_settings, engine), job_id)
+        data = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
+    assert engine.seen[0].sampling == Sampling(logprobs=1)
+    choices = [json.loads(d)["choices"][0] for d in data[:-1]]
+    streamed = [lp for c in choices if c["logprobs"] for lp in c["logprobs"]["content"]]
+    assert [(lp["token"], lp["logprob"]) for lp in streamed] == [("Hel", -1.0), ("lo", -2.0)]
+    assert streamed[0]["top_logprobs"] == [{"token": "Hel", "logprob": -1.0, "bytes": None}]
+    assert choices[-1]["logprobs"] is None  # the finish chunk
+
+    # The client's result gathers them all, as the gateway's non-streamed answer does.
+    with Client(integration_settings) as client:
+        result = client.handle(job_id).result(timeout=10)
+    assert [lp.token for lp in result.logprobs or []] == ["Hel", "lo"]

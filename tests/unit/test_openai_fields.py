@@ -3,19 +3,23 @@ name; what is served reaches the job's request, the engine's options and vLLM.""
 
 from __future__ import annotations
 
+import json
+import queue
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
 from producer.batches.lines import LineInvalid, parse_line
+from producer.gateway import openai_models as oai
 from producer.gateway.openai_models import UNSERVED_FIELDS, ChatCompletionRequest
 from producer.submission import parse_request, request_hash
 from schemas.errors import InvalidRequest
+from schemas.events import Timings, TokenEvent, TokenLogprob, TopLogprob, Usage, parse_event
 from schemas.requests import EnqueueOptions, GenerationRequest
 from schemas.sampling import Sampling, StructuredOutput
-from workers.engine.base import SamplingOptions
-from workers.engine.vllm import sampling_params
+from workers.engine.base import Delta, SamplingOptions
+from workers.engine.vllm import _coalesce, sampling_params, token_logprobs
 from workers.job_input import sampling_options
 
 HI = [{"role": "user", "content": "hi"}]
@@ -44,11 +48,9 @@ def test_an_unknown_field_is_refused_by_name(name: str) -> None:
 @pytest.mark.parametrize(
     ("name", "value"),
     [
-        ("logprobs", True),
-        ("top_logprobs", 3),
-        ("top_logprobs", False),  # not its default: 0 == False, but not by type
         ("tools", [{"type": "function", "function": {"name": "f"}}]),
         ("tool_choice", "required"),
+        ("tool_choice", False),  # not a default by type
         ("functions", [{"name": "f"}]),
         ("function_call", "auto"),
         ("logit_bias", {"50256": -100}),
@@ -343,3 +345,108 @@ def test_a_constraint_reaches_vllm_as_its_structured_outputs(
     options = SamplingOptions(max_tokens=8, sampling=Sampling(structured=structured))
     params = sampling_params(options).structured_outputs
     assert getattr(params, field) == value
+
+
+# Log probabilities ---------------------------------------------------------------------
+
+
+def test_logprobs_and_top_logprobs_become_the_requests_sampling() -> None:
+    assert parse_request(llmq_request(logprobs=True)).sampling == Sampling(logprobs=0)
+    sampling = parse_request(llmq_request(logprobs=True, top_logprobs=5)).sampling
+    assert sampling == Sampling(logprobs=5)
+    assert "sampling" not in llmq_request(logprobs=False, top_logprobs=0)
+
+
+@pytest.mark.parametrize(
+    ("fields", "where"),
+    [
+        ({"top_logprobs": 3}, ""),
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        ({"logprobs": "yes please"}, "logprobs"),
+    ],
+)
+def test_malformed_logprobs_are_refused(fields: dict[str, Any], where: str) -> None:
+    problems = refusal({**BODY, **fields})
+    assert any(place == where for place, _ in problems), problems
+
+
+def test_a_batch_line_cannot_ask_for_logprobs() -> None:
+    body = {"model": "auto", "messages": HI, "logprobs": True}
+    with pytest.raises(LineInvalid, match="logprobs"):
+        parse_line(json.dumps({"custom_id": "a", "body": body}))
+
+
+class _Logprob:
+    def __init__(self, logprob: float, rank: int, token: str) -> None:
+        self.logprob, self.rank, self.decoded_token = logprob, rank, token
+
+
+class _Completion:
+    """What vLLM's ``CompletionOutput`` holds for two tokens, top 2 asked."""
+
+    token_ids = (7, 9)
+    logprobs = (
+        {7: _Logprob(-0.1, 1, "Hi"), 8: _Logprob(-2.5, 2, "Hello")},
+        # The sampled token ranks third: reported beside the top two.
+        {5: _Logprob(-0.5, 1, "!"), 6: _Logprob(-1.5, 2, "."), 9: _Logprob(-3.0, 3, " é")},
+    )
+
+
+def test_vllms_logprobs_become_each_tokens_logprob_and_its_alternatives() -> None:
+    first, second = token_logprobs(_Completion(), 2)
+    assert first == TokenLogprob(
+        token="Hi",
+        logprob=-0.1,
+        bytes=list(b"Hi"),
+        top_logprobs=[
+            TopLogprob(token="Hi", logprob=-0.1, bytes=list(b"Hi")),
+            TopLogprob(token="Hello", logprob=-2.5, bytes=list(b"Hello")),
+        ],
+    )
+    assert (second.token, second.logprob, second.bytes) == (" é", -3.0, list(" é".encode()))
+    assert [top.token for top in second.top_logprobs] == ["!", "."]
+    assert token_logprobs(_Completion(), None) == ()
+    assert [t.top_logprobs for t in token_logprobs(_Completion(), 0)] == [[], []]
+
+
+def test_logprobs_reach_vllm_only_when_asked() -> None:
+    assert sampling_params(SamplingOptions(max_tokens=4)).logprobs is None
+    asked = SamplingOptions(max_tokens=4, sampling=Sampling(logprobs=3))
+    assert sampling_params(asked).logprobs == 3
+
+
+def test_coalesced_deltas_keep_every_tokens_logprob_in_order() -> None:
+    one, two = (TokenLogprob(token=t, logprob=-1.0) for t in ("a", "b"))
+    waiting: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    waiting.put(Delta("b", 2, False, logprobs=(two,)))
+    merged, _ = _coalesce(Delta("a", 1, False, logprobs=(one,)), waiting)
+    assert (merged.text, merged.logprobs) == ("ab", (one, two))
+
+
+def test_a_token_event_without_logprobs_is_what_it_was() -> None:
+    assert TokenEvent(seq=0, text="hi").model_dump_json() == '{"type":"token","seq":0,"text":"hi"}'
+    with_logprobs = TokenEvent(seq=0, text="hi", logprobs=[TokenLogprob(token="hi", logprob=-1)])
+    assert parse_event(with_logprobs.model_dump_json()) == with_logprobs
+
+
+def test_openai_choices_carry_logprobs_only_when_asked() -> None:
+    usage = Usage(prompt_tokens=1, completion_tokens=1)
+    timings = Timings(queue_wait_ms=0, total_ms=1)
+    fields: dict[str, Any] = {
+        "job_id": "j",
+        "model": "small",
+        "text": "hi",
+        "finish_reason": "stop",
+        "usage": usage,
+        "timings": timings,
+        "tier": "small",
+    }
+    assert oai.completion(**fields)["choices"][0]["logprobs"] is None
+    token = TokenLogprob(token="hi", logprob=-0.5, bytes=[104, 105])
+    block = oai.completion(**fields, logprobs=[token])["choices"][0]["logprobs"]
+    assert block == {
+        "content": [{"token": "hi", "logprob": -0.5, "bytes": [104, 105], "top_logprobs": []}],
+        "refusal": None,
+    }
+    chunk = oai.chunk(job_id="j", model="small", delta={"content": "hi"}, logprobs=[token])
+    assert chunk["choices"][0]["logprobs"] == block

@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from schemas.events import TokenLogprob
 from schemas.sampling import Sampling
 
 
@@ -45,6 +46,8 @@ class Delta:
     finish_reason: str | None = None
     cached_tokens: int | None = None
     """Prompt tokens the engine took from its prefix cache (known from the first delta)."""
+    logprobs: tuple[TokenLogprob, ...] = ()
+    """The new tokens' log probabilities, where the request asked for them."""
 
 
 class DeltaStream(Protocol):

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from schemas.errors import EngineDead, EngineError
+from schemas.events import TokenLogprob, TopLogprob
 from schemas.sampling import Sampling, StructuredOutput
 from schemas.settings import TierConfig
 from workers.engine.base import Delta, DeltaStream, SamplingOptions
@@ -181,6 +182,7 @@ class VllmEngine:
     ) -> None:
         assert self._engine is not None
         completion_tokens = 0
+        top = options.sampling.logprobs if options.sampling is not None else None
         try:
             async for output in self._engine.generate(
                 {"prompt_token_ids": prompt_token_ids},
@@ -197,6 +199,7 @@ class VllmEngine:
                         finished=output.finished,
                         finish_reason=completion.finish_reason,
                         cached_tokens=output.num_cached_tokens,
+                        logprobs=token_logprobs(completion, top),
                     )
                 )
         except asyncio.CancelledError:
@@ -281,6 +284,7 @@ def _coalesce(first: Delta, deltas: queue.SimpleQueue[Any]) -> tuple[Delta, Any]
             cached_tokens=merged.cached_tokens
             if merged.cached_tokens is not None
             else item.cached_tokens,
+            logprobs=merged.logprobs + item.logprobs,
         )
     return merged, None
 
@@ -408,11 +412,41 @@ def sampling_params(options: SamplingOptions) -> Any:
         top_k=extras.top_k,
         min_p=extras.min_p,
         min_tokens=extras.min_tokens,
+        logprobs=extras.logprobs,
         structured_outputs=structured_outputs(extras.structured),
         output_kind=RequestOutputKind.DELTA
         if options.stream_tokens
         else RequestOutputKind.FINAL_ONLY,
     )
+
+
+def token_logprobs(completion: Any, top: int | None) -> tuple[TokenLogprob, ...]:
+    """A vLLM ``CompletionOutput``'s new tokens with their log probabilities and ``top``
+    alternatives each (the engine adds the sampled token where it is not among them);
+    nothing when ``top`` is None (the request did not ask)."""
+    if top is None or not completion.logprobs:
+        return ()
+    tokens = []
+    for token_id, position in zip(completion.token_ids, completion.logprobs, strict=False):
+        ranked = sorted(position.items(), key=lambda item: item[1].rank or 0)
+        chosen = position.get(token_id)
+        if chosen is None:  # not expected: the engine always reports the sampled token
+            continue
+        tokens.append(
+            TokenLogprob(
+                **_top_logprob(chosen),
+                top_logprobs=[TopLogprob(**_top_logprob(lp)) for _, lp in ranked[:top]],
+            )
+        )
+    return tuple(tokens)
+
+
+def _top_logprob(logprob: Any) -> dict[str, Any]:
+    text = logprob.decoded_token or ""
+    # vLLM reports a -inf log probability for a token the sampler ruled out; JSON has
+    # no infinity, and OpenAI's floor for "never" is -9999.
+    value = max(float(logprob.logprob), -9999.0)
+    return {"token": text, "logprob": value, "bytes": list(text.encode("utf-8", "replace"))}
 
 
 def structured_outputs(constraint: StructuredOutput | None) -> Any:
