@@ -308,6 +308,13 @@ def _start(
     batch job first waits for the worker's interactive first tokens (``first_tokens``)."""
     started_at = time.monotonic()
     request = parse_request(claimed.request)
+    if resumed_text and request.sampling is not None and request.sampling.structured is not None:
+        # The engine's grammar constrains an answer from its first token: continued
+        # after text already streamed, it would append a second structure to the first.
+        raise LlmqError(
+            "the worker was lost mid-answer and a structured answer cannot go on from "
+            "part of it; send the request again"
+        )
     prompt_ids = runtime.engine.render_chat(chat_messages(request, runtime))
     resumed_ids = runtime.engine.encode(resumed_text) if resumed_text else []
     check_context(len(prompt_ids), request.max_tokens, runtime)

@@ -17,12 +17,14 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from producer.client import Client
-from schemas.events import TokenLogprob, TopLogprob
+from schemas.events import ErrorEvent, TokenLogprob, TopLogprob
+from schemas.jobs import JobStatus
 from schemas.sampling import Sampling, StructuredOutput
 from schemas.settings import Settings
 from schemas.tables import Job
 from tests.gateway_server import running_gateway
 from tests.integration.test_gateway import CHAT, HELLO, assert_openai_error, auth, new_key
+from tests.integration.test_recovery import REQUEST, SentJobs, die_mid_stream, reaper_for
 from tests.integration.test_runner import ScriptedEngine, runtime_for
 from workers.engine.base import Delta
 from workers.job_runner import run_job
@@ -145,3 +147,23 @@ def test_logprobs_stream_with_their_tokens_and_come_whole_with_the_result(
     with Client(integration_settings) as client:
         result = client.handle(job_id).result(timeout=10)
     assert [lp.token for lp in result.logprobs or []] == ["Hel", "lo"]
+
+
+def test_a_structured_answer_cut_by_a_lost_worker_fails_rather_than_resumes(
+    integration_settings: Settings,
+) -> None:
+    request = {**REQUEST, "sampling": {"structured": {"kind": "json_object"}}}
+    engine = ScriptedEngine(['"b": 2}'])
+    reaper = reaper_for(integration_settings, SentJobs())
+    reaper.run_once()
+    with Client(integration_settings) as client:
+        handle = client.submit(request)
+        die_mid_stream(integration_settings, handle.job_id, ['{"a": 1, '], "small-1@gone")
+        assert reaper.run_once() == 1
+        run_job(runtime_for(integration_settings, engine), handle.job_id)
+        events = list(handle.events(timeout=10))
+        assert client.status(handle.job_id) is JobStatus.FAILED
+    assert engine.seen == []  # the engine never continued it
+    end = events[-1]
+    assert isinstance(end, ErrorEvent)
+    assert "structured answer cannot go on" in end.message
