@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from schemas.text import valid_unicode
 
@@ -20,6 +20,8 @@ MAX_CHOICES = 64
 """Most options a ``choice`` constraint may list."""
 MAX_PATTERN_CHARS = 4096
 """Longest ``regex`` constraint."""
+MAX_LOGIT_BIAS = 1024
+"""Most tokens one request may bias."""
 MAX_TOP_LOGPROBS = 20
 """Most alternatives per token (OpenAI's bound, and the engine's default)."""
 
@@ -81,12 +83,29 @@ class Sampling(BaseModel):
         default=0, ge=0, description="the end of text and stop strings are held off this long"
     )
     structured: StructuredOutput | None = None
+    logit_bias: dict[int, float] | None = Field(
+        default=None,
+        max_length=MAX_LOGIT_BIAS,
+        description="added to the named token ids' logits before sampling",
+    )
     logprobs: int | None = Field(
         default=None,
         ge=0,
         le=MAX_TOP_LOGPROBS,
         description="each generated token's log probability, with this many alternatives",
     )
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias_in_range(cls, value: dict[int, float] | None) -> dict[int, float] | None:
+        if not value:
+            return None  # no bias is no option
+        for token, bias in value.items():
+            if token < 0:
+                raise ValueError(f"logit_bias: {token} is not a token id")
+            if not -100.0 <= bias <= 100.0:
+                raise ValueError(f"logit_bias of token {token} is {bias}, not within [-100, 100]")
+        return value
 
     def is_default(self) -> bool:
         """True when these options change nothing."""

@@ -106,7 +106,6 @@ UNSERVED_FIELDS: dict[str, tuple[object, ...]] = {
     "parallel_tool_calls": (True, False),  # says nothing without tools
     "functions": ([],),
     "function_call": ("none",),
-    "logit_bias": ({},),
     "modalities": (["text"],),
     "audio": (),
     "prediction": (),
@@ -153,6 +152,7 @@ class ChatCompletionRequest(BaseModel):
     frequency_penalty: float | None = None
     response_format: ResponseFormat | None = None
     logprobs: bool | None = None
+    logit_bias: dict[str, float] | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     user: str | None = None
     safety_identifier: str | None = None
@@ -176,7 +176,6 @@ class ChatCompletionRequest(BaseModel):
     parallel_tool_calls: Any = None
     functions: Any = None
     function_call: Any = None
-    logit_bias: Any = None
     modalities: Any = None
     audio: Any = None
     prediction: Any = None
@@ -197,6 +196,15 @@ class ChatCompletionRequest(BaseModel):
             "llmq does not serve {field}; leave it out or send {quiet}",
             {"field": name, "quiet": quiet},
         )
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias_keys_are_token_ids(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        for token in value or {}:
+            # JSON keys are strings: OpenAI's are token ids written in decimal.
+            if not (token.isascii() and token.isdigit() and len(token) <= 9):
+                raise ValueError(f"logit_bias keys are token ids, not {token!r}")
+        return value
 
     @field_validator("messages")
     @classmethod
@@ -266,6 +274,8 @@ class ChatCompletionRequest(BaseModel):
         }
         if self.logprobs:
             sampling["logprobs"] = self.top_logprobs or 0
+        if self.logit_bias:
+            sampling["logit_bias"] = {int(token): b for token, b in self.logit_bias.items()}
         if self.structured_outputs is not None:
             sampling["structured"] = self.structured_outputs.constraint()
         elif self.response_format is not None and self.response_format.type == "json_object":

@@ -10,7 +10,10 @@ from typing import Any
 
 import openai
 import pytest
+from tokenizers import Tokenizer
 
+from producer.limits import tokenizer_file
+from schemas.queues import Tier
 from schemas.settings import Settings
 from tests.gateway_server import running_gateway
 from tests.integration.test_gateway import new_key
@@ -129,8 +132,9 @@ def test_min_tokens_holds_off_the_end(sdk: openai.OpenAI) -> None:
 
 
 def test_an_unserved_field_is_refused_before_it_queues(sdk: openai.OpenAI) -> None:
-    with pytest.raises(openai.BadRequestError, match="logit_bias"):
-        answer(sdk, logit_bias={"50256": -100})
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {}}}]
+    with pytest.raises(openai.BadRequestError, match="tools"):
+        answer(sdk, tools=tools)
 
 
 def test_logprobs_come_per_token_streamed_or_not(sdk: openai.OpenAI) -> None:
@@ -171,3 +175,16 @@ def test_a_schema_the_engine_cannot_compile_fails_that_job_alone(sdk: openai.Ope
     with pytest.raises(openai.InternalServerError, match="no-such"):
         answer(sdk, response_format=bad)
     assert answer(sdk, max_tokens=4)[0]
+
+
+def test_logit_bias_forces_and_bans_tokens(sdk: openai.OpenAI, e2e_settings: Settings) -> None:
+    folder = tokenizer_file(e2e_settings, Tier.SMALL)
+    assert folder is not None
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    [banana] = tokenizer.encode("banana", add_special_tokens=False).ids[:1]
+    forced, _, _ = answer(sdk, max_tokens=4, logit_bias={str(banana): 100})
+    assert forced == tokenizer.decode([banana] * 4)
+    free, _, _ = answer(sdk, max_tokens=4)
+    [first] = tokenizer.encode(free, add_special_tokens=False).ids[:1]
+    banned, _, _ = answer(sdk, max_tokens=4, logit_bias={str(first): -100})
+    assert tokenizer.encode(banned, add_special_tokens=False).ids[:1] != [first]

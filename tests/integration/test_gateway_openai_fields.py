@@ -42,7 +42,7 @@ def gateway(integration_settings: Settings) -> Iterator[httpx.Client]:
     ("fields", "named"),
     [
         ({"tools": [{"type": "function", "function": {"name": "lookup"}}]}, "tools"),
-        ({"logit_bias": {"50256": -100}}, "logit_bias"),
+        ({"tool_choice": "required"}, "tool_choice"),
         ({"temprature": 0.2}, "temprature"),
         ({"messages": [{"role": "user", "content": "hi", "name": "ann"}]}, "messages[0].name"),
     ],

@@ -53,7 +53,6 @@ def test_an_unknown_field_is_refused_by_name(name: str) -> None:
         ("tool_choice", False),  # not a default by type
         ("functions", [{"name": "f"}]),
         ("function_call", "auto"),
-        ("logit_bias", {"50256": -100}),
         ("modalities", ["text", "audio"]),
         ("audio", {"voice": "alloy", "format": "wav"}),
         ("prediction", {"type": "content", "content": "x"}),
@@ -450,3 +449,23 @@ def test_openai_choices_carry_logprobs_only_when_asked() -> None:
     }
     chunk = oai.chunk(job_id="j", model="small", delta={"content": "hi"}, logprobs=[token])
     assert chunk["choices"][0]["logprobs"] == block
+
+
+def test_logit_bias_becomes_token_ids_and_reaches_vllm() -> None:
+    request = parse_request(llmq_request(logit_bias={"42": 5.5, "7": -100}))
+    assert request.sampling == Sampling(logit_bias={42: 5.5, 7: -100.0})
+    # Stored as JSON (string keys), read back as token ids.
+    assert GenerationRequest.model_validate_json(request.model_dump_json()) == request
+    params = sampling_params(sampling_options(request, "interactive"))
+    assert params.logit_bias == {42: 5.5, 7: -100.0}
+    assert "sampling" not in llmq_request(logit_bias={})
+
+
+@pytest.mark.parametrize("bias", [{"word": 1}, {"-3": 1}, {"1.5": 1}, {"12345678901": 1}])
+def test_a_logit_bias_key_that_is_not_a_token_id_is_refused(bias: dict[str, float]) -> None:
+    assert [where for where, _ in refusal({**BODY, "logit_bias": bias})] == ["logit_bias"]
+
+
+def test_a_logit_bias_past_100_is_an_invalid_request() -> None:
+    with pytest.raises(InvalidRequest, match="logit_bias"):
+        parse_request(llmq_request(logit_bias={"5": 101}))

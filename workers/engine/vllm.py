@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import logging
 import os
 import queue
@@ -183,6 +184,11 @@ class VllmEngine:
         assert self._engine is not None
         completion_tokens = 0
         top = options.sampling.logprobs if options.sampling is not None else None
+        # An answer that goes out in one piece (batch work) is held here, on the
+        # engine's loop: its reader gets one empty delta at the first token (the end
+        # of its prefill, which the worker's scheduling waits for) and then the whole
+        # answer, not a wake-up per token.
+        held: list[Delta] | None = None if options.stream_tokens else []
         try:
             async for output in self._engine.generate(
                 {"prompt_token_ids": prompt_token_ids},
@@ -192,16 +198,22 @@ class VllmEngine:
             ):
                 completion = output.outputs[0]
                 completion_tokens += len(completion.token_ids)
-                deltas.put(
-                    Delta(
-                        text=completion.text,
-                        completion_tokens=completion_tokens,
-                        finished=output.finished,
-                        finish_reason=completion.finish_reason,
-                        cached_tokens=output.num_cached_tokens,
-                        logprobs=token_logprobs(completion, top),
-                    )
+                delta = Delta(
+                    text=completion.text,
+                    completion_tokens=completion_tokens,
+                    finished=output.finished,
+                    finish_reason=completion.finish_reason,
+                    cached_tokens=output.num_cached_tokens,
+                    logprobs=token_logprobs(completion, top),
                 )
+                if held is None:
+                    deltas.put(delta)
+                    continue
+                if not held:
+                    deltas.put(dataclasses.replace(delta, text="", logprobs=(), finished=False))
+                held.append(delta)
+                if output.finished:
+                    deltas.put(merged_deltas(held))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - handed to the consuming thread, which raises
@@ -258,6 +270,19 @@ _CLOSED = object()
 # request that the engine has not scheduled yet still gives up its place within this
 # long, and no thread waits forever on an engine that was shut down.
 STOP_POLL_S = 0.1
+
+
+def merged_deltas(parts: Sequence[Delta]) -> Delta:
+    """One delta carrying what ``parts`` (in order, at least one) carried together."""
+    last = parts[-1]
+    return Delta(
+        text="".join(part.text for part in parts),
+        completion_tokens=last.completion_tokens,
+        finished=last.finished,
+        finish_reason=next((p.finish_reason for p in reversed(parts) if p.finish_reason), None),
+        cached_tokens=next((p.cached_tokens for p in parts if p.cached_tokens is not None), None),
+        logprobs=tuple(entry for part in parts for entry in part.logprobs),
+    )
 
 
 def _coalesce(first: Delta, deltas: queue.SimpleQueue[Any]) -> tuple[Delta, Any]:
@@ -413,10 +438,11 @@ def sampling_params(options: SamplingOptions) -> Any:
         min_p=extras.min_p,
         min_tokens=extras.min_tokens,
         logprobs=extras.logprobs,
+        logit_bias=extras.logit_bias,
         structured_outputs=structured_outputs(extras.structured),
-        output_kind=RequestOutputKind.DELTA
-        if options.stream_tokens
-        else RequestOutputKind.FINAL_ONLY,
+        # Deltas for batch work too: its first token frees its prefill place
+        # (``workers.scheduler.prefills``); ``VllmEngine._pump`` holds its text.
+        output_kind=RequestOutputKind.DELTA,
     )
 
 
