@@ -270,10 +270,12 @@ def generate(
     claim_offset_ms = claimed.queue_wait_ms
     try:
         for delta in started.deltas:
+            if started.ticket is not None:
+                # The first delta comes at the first token, text or not (a batch
+                # answer's first delta is empty): the prompt is through prefill.
+                started.ticket.give_back()
             if delta.text:
                 if generation.ttft_ms is None:
-                    if started.ticket is not None:
-                        started.ticket.give_back()
                     now = time.monotonic()
                     since_claim_s = now - claimed.claimed_monotonic
                     generation.ttft_ms = claim_offset_ms + since_claim_s * 1000.0

@@ -27,6 +27,7 @@ from schemas.settings import Settings
 from workers.append_combiner import AppendCombiner
 from workers.engine.base import BACKGROUND_PRIORITY, INTERACTIVE_PRIORITY, Delta, SamplingOptions
 from workers.job_runner import run_job
+from workers.scheduler.prefills import PrefillPlaces
 from workers.worker_runtime import WorkerRuntime
 
 pytestmark = pytest.mark.integration
@@ -339,3 +340,31 @@ def test_a_batch_job_reaches_the_engine_only_after_an_interactive_first_token(
     assert (first, second) == (INTERACTIVE_PRIORITY, BACKGROUND_PRIORITY)
     assert batch_at - interactive_at >= 0.25
     assert statuses == (JobStatus.DONE, JobStatus.DONE)
+
+
+def test_a_batch_job_frees_its_prefill_place_at_its_first_token(
+    integration_settings: Settings,
+) -> None:
+    """A batch answer goes out in one piece; the engine marks its first token with an
+    empty delta, and the next batch prompt may enter prefill from then on, not only
+    once the whole answer is done."""
+    engine = ScriptedEngine(["", "the whole answer"], delay_s=0.4)
+    runtime = replace(
+        runtime_for(integration_settings, engine),
+        batch_prefills=PrefillPlaces(1, clock=time.monotonic),
+    )
+    request = {"messages": [{"role": "user", "content": "summarize"}], "max_tokens": 4}
+    with Client(integration_settings) as client:
+        batch = client.submit(request, priority="batch")
+        job = threading.Thread(target=run_job, args=(runtime, batch.job_id))
+        job.start()
+        held: list[int] = []
+        while job.is_alive():
+            held.append(runtime.batch_prefills.in_prefill())
+            time.sleep(0.02)
+        job.join()
+        assert client.status(batch.job_id) is JobStatus.DONE
+        assert client.job(batch.job_id).output_text == "the whole answer"
+    # Held through the prefill (the first 0.4 s), free through the rest of the answer.
+    assert 1 in held
+    assert held[-1] == 0 and held.count(0) >= 5

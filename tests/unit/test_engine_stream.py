@@ -150,3 +150,53 @@ def test_step_limits_reach_the_engine_only_when_set() -> None:
     limited = engine_arguments("/m", TierConfig(max_num_batched_tokens=512, long_prefill_tokens=64))
     assert limited["max_num_batched_tokens"] == 512
     assert limited["long_prefill_token_threshold"] == 64
+
+
+class ThreeTokenEngine(HandOverEngine):
+    """Streams "a", "b", "c", one token each, the last one finished."""
+
+    async def generate(
+        self, _prompt: Any, _params: Any, request_id: str, **_kwargs: Any
+    ) -> AsyncIterator[Any]:
+        await self.add_request(request_id)
+        for index, text in enumerate("abc"):
+            await asyncio.sleep(0.2)  # an engine step: the reader takes each delta alone
+            last = index == 2
+            completion = SimpleNamespace(
+                text=text, token_ids=[index], finish_reason="length" if last else None
+            )
+            yield SimpleNamespace(outputs=[completion], finished=last, num_cached_tokens=7)
+
+
+@pytest.mark.parametrize(
+    ("stream_tokens", "expected"),
+    [
+        (True, [("a", 1, False), ("b", 2, False), ("c", 3, True)]),
+        # Held: an empty delta at the first token, then the whole answer in one.
+        (False, [("", 1, False), ("abc", 3, True)]),
+    ],
+)
+def test_an_answer_that_goes_out_in_one_piece_still_marks_its_first_token(
+    monkeypatch: pytest.MonkeyPatch, stream_tokens: bool, expected: list[tuple[str, int, bool]]
+) -> None:
+    monkeypatch.setattr(vllm_engine, "HANDOVER_WAIT_S", 30.0)
+    monkeypatch.setattr(vllm_engine, "sampling_params", lambda _options: None)
+    engine = VllmEngine(model_path="unused", config=TierConfig(model="unused"))
+    fake = ThreeTokenEngine()
+    engine._engine = fake  # type: ignore[assignment]
+    engine._signal_handovers(fake)  # type: ignore[arg-type]
+    engine._thread.start()
+    try:
+        options = SamplingOptions(max_tokens=3, stream_tokens=stream_tokens)
+        stream = engine.stream([1, 2], options, "job-1")
+        seen = [(item.text, item.completion_tokens, item.finished) for item in stream]
+        assert seen == expected
+    finally:
+        engine.shutdown()
+
+
+def test_held_deltas_merge_into_one() -> None:
+    parts = [delta("a", 1, cached=5), delta("b", 2), delta("c", 3, finished=True)]
+    merged = vllm_engine.merged_deltas(parts)
+    assert (merged.text, merged.completion_tokens, merged.finished) == ("abc", 3, True)
+    assert merged.cached_tokens == 5

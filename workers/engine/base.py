@@ -21,7 +21,8 @@ class SamplingOptions:
     stop: Sequence[str] = field(default_factory=tuple)
     seed: int | None = None
     stream_tokens: bool = True
-    """False: the engine hands over the whole text at the end, which spares the worker
+    """False: the engine hands over one empty delta at the first token (the prompt is
+    through prefill) and then the whole text at the end, which spares the worker
     per-token work (batch jobs, for which nobody waits token by token)."""
     priority: int = 0
     """Lower is scheduled first (with the tier's ``scheduling_policy`` "priority"): a
