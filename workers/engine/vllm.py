@@ -438,6 +438,7 @@ def sampling_params(options: SamplingOptions) -> Any:
         min_p=extras.min_p,
         min_tokens=extras.min_tokens,
         logprobs=extras.logprobs,
+        logit_bias=extras.logit_bias,
         structured_outputs=structured_outputs(extras.structured),
         # Deltas for batch work too: its first token frees its prefill place
         # (``workers.scheduler.prefills``); ``VllmEngine._pump`` holds its text.
