@@ -15,6 +15,7 @@ from producer.admission import WorkerDirectory
 from producer.conversations import with_conversation
 from producer.enqueue import Enqueuer
 from producer.jobs import (
+    cancel_batch_rows,
     cancel_if_queued,
     check_database,
     delete_job,
@@ -30,7 +31,14 @@ from producer.limits import count_text_tokens, preload_tokenizer, tokenizer_file
 from producer.pubsub_pool import SyncPubSub, SyncPubSubPool
 from producer.router.route import Router
 from producer.status import QueueDepth, queue_depths
-from producer.streams import Event, close_stream, read_events, request_cancel
+from producer.streams import (
+    Event,
+    close_stream,
+    close_streams,
+    read_events,
+    request_cancel,
+    request_cancels,
+)
 from producer.submission import RequestLike, Submission, prepare_submission
 from schemas.boundary import broker_boundary
 from schemas.broker import redis_client as broker_client
@@ -48,6 +56,8 @@ log = logging.getLogger(__name__)
 
 SLOW_SUBMIT_S = 0.5
 """A submit slower than this is logged with where its time went."""
+CANCEL_PIPELINE = 1000
+"""Streams closed per pipeline when a batch's queued jobs are cancelled at once."""
 
 
 def _nothing() -> None:
@@ -405,6 +415,23 @@ class Client:
                 )
             else:
                 request_cancel(self._redis, job_id, ttl_s=ttl_s)
+
+    def cancel_batch_jobs(self, batch_id: str) -> int:
+        """Cancel every unfinished job of a batch at once: one ``UPDATE`` cancels the
+        queued ones, whose streams are then closed, and one pipeline asks the workers of
+        the running ones to abort them. The number of jobs stopped or asked to stop.
+        Raises ``BrokerUnavailable`` or ``DatabaseUnavailable``.
+        """
+        cancelled, running = cancel_batch_rows(self._sessions, batch_id)
+        ttl_s = self.settings.replay_ttl_s
+        with broker_boundary(f"cancel the jobs of batch {batch_id}"):
+            for start in range(0, len(cancelled), CANCEL_PIPELINE):
+                chunk = cancelled[start : start + CANCEL_PIPELINE]
+                close_streams(
+                    self._redis, chunk, CANCELLED_MESSAGE, ttl_s=ttl_s, status="cancelled"
+                )
+            request_cancels(self._redis, running, ttl_s=ttl_s)
+        return len(cancelled) + len(running)
 
     def status(self, job_id: str) -> JobStatus:
         """The job's current status as recorded in the database."""

@@ -188,6 +188,25 @@ def cancel_if_queued(sessions: sessionmaker[Session], job_id: str) -> bool:
         return session.execute(cancel).first() is not None
 
 
+def cancel_batch_rows(
+    sessions: sessionmaker[Session], batch_id: str
+) -> tuple[list[str], list[str]]:
+    """Cancel every queued job of a batch in one conditional ``UPDATE``; the ids it
+    cancelled, and the ids of the batch's jobs still running (their workers must be
+    asked to stop). Raises ``DatabaseUnavailable``."""
+    queued = (
+        update(Job)
+        .where(Job.batch_id == batch_id, Job.status == JobStatus.QUEUED.value)
+        .values(status=JobStatus.CANCELLED.value, error=CANCELLED_MESSAGE, finished_at=db_now())
+        .returning(Job.id)
+    )
+    running = select(Job.id).where(Job.batch_id == batch_id, Job.status == JobStatus.RUNNING.value)
+    with database_boundary(f"cancel the jobs of batch {batch_id}"), sessions.begin() as session:
+        cancelled = list(session.scalars(queued))
+        still_running = list(session.scalars(running))
+    return cancelled, still_running
+
+
 def load_job(sessions: sessionmaker[Session], job_id: str) -> Job:
     """The job row; raises ``JobNotFound`` or ``DatabaseUnavailable``."""
     if not could_be_job_id(job_id):

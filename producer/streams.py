@@ -26,7 +26,7 @@ from producer.pubsub_pool import (
 from producer.stream_protocol import Listen, ReadLog, ReadRow, StreamReader
 from schemas.events import AnyEvent, TerminalEvent, error_event
 from schemas.queues import CANCEL_CHANNEL, cancel_key, event_channel, event_log_key
-from schemas.stream_log import EventLog
+from schemas.stream_log import APPEND_EVENT, EventLog
 
 Event = AnyEvent
 TerminalLookup = Callable[[int], TerminalEvent | None]
@@ -127,6 +127,45 @@ def close_stream(
     """End the stream of a job that no worker holds with an error event saying why
     (and how it ended: ``status``)."""
     EventLog(client, job_id, ttl_s=ttl_s).append_next(lambda seq: error_event(seq, message, status))
+
+
+def close_streams(
+    client: redis.Redis,
+    job_ids: list[str],
+    message: str,
+    *,
+    ttl_s: int,
+    status: str = "failed",
+) -> None:
+    """:func:`close_stream` for many jobs, a few round trips for all of them: one
+    pipeline reads the logs' lengths, one appends each job's error event at its end
+    (a log another writer moved on meanwhile is closed one by one)."""
+    if not job_ids:
+        return
+    logs = [EventLog(client, job_id, ttl_s=ttl_s) for job_id in job_ids]
+    lengths = client.pipeline(transaction=False)
+    lengths.script_load(APPEND_EVENT)  # the appends below name it by its digest
+    for job_id in job_ids:
+        lengths.llen(event_log_key(job_id))
+    seqs = [int(n) for n in lengths.execute()[1:]]
+    appends = client.pipeline(transaction=False)
+    for log, seq in zip(logs, seqs, strict=True):
+        log.queue_append(appends, seq, error_event(seq, message, status).model_dump_json())
+    replies = appends.execute(raise_on_error=False)
+    for job_id, reply in zip(job_ids, replies, strict=True):
+        if isinstance(reply, Exception) or EventLog.appended(int(reply)) is not None:
+            close_stream(client, job_id, message, ttl_s=ttl_s, status=status)
+
+
+def request_cancels(client: redis.Redis, job_ids: list[str], *, ttl_s: int) -> None:
+    """:func:`request_cancel` for many jobs, in one pipeline."""
+    if not job_ids:
+        return
+    pipe = client.pipeline(transaction=False)
+    for job_id in job_ids:
+        pipe.set(cancel_key(job_id), "1", ex=ttl_s)
+        pipe.publish(CANCEL_CHANNEL, job_id)
+    pipe.execute()
 
 
 def request_cancel(client: redis.Redis, job_id: str, *, ttl_s: int) -> None:

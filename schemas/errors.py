@@ -32,6 +32,20 @@ class QueueFull(LlmqError):
         self.retry_after_s = retry_after_s
 
 
+class QuotaExceeded(LlmqError):
+    """The caller's key is at one of its quotas (``quota`` names it); nothing was
+    stored or created. Retry after some of its work ends or its files are deleted."""
+
+    def __init__(self, message: str, *, quota: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.quota = quota
+        self.retry_after_s = retry_after_s
+
+
+class InUse(LlmqError):
+    """The thing cannot be deleted while something unfinished uses it."""
+
+
 class NoWarmWorker(LlmqError):
     """No warm worker serves the tier, so an interactive request would only wait."""
 

@@ -199,6 +199,13 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         default=1024 * 1024, ge=1024, description="the gateway refuses larger bodies (413)"
     )
+    body_read_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="the gateway reads a request's body (uploads aside) within this long, "
+        "else answers 408: a client trickling its body holds nothing for long",
+    )
     max_upload_bytes: int = Field(
         default=200 * 1024 * 1024,
         ge=1024,
@@ -219,6 +226,30 @@ class Settings(BaseSettings):
     )
     key_max_open_streams: int = Field(
         default=64, ge=1, description="streams one API key may hold open at the gateway"
+    )
+    key_max_files: int = Field(
+        default=500,
+        ge=1,
+        description="uploaded batch files one API key may keep stored (output and error "
+        "files are not counted); beyond it an upload is a 429 until one is deleted",
+    )
+    key_max_stored_bytes: int = Field(
+        default=2 * 1024 * 1024 * 1024,
+        ge=1024,
+        description="bytes of uploaded batch files one API key may keep stored; an upload "
+        "that would pass it is a 429 (nothing kept) until files are deleted",
+    )
+    key_max_batches_in_flight: int = Field(
+        default=16,
+        ge=1,
+        description="batches of one API key not yet ended (validating, in progress or "
+        "cancelling); creating one more is a 429",
+    )
+    key_max_batch_lines_in_flight: int = Field(
+        default=200_000,
+        ge=1,
+        description="request lines of one API key's batches not yet ended, all together; "
+        "a batch that would pass it is a 429",
     )
     auth_failures_per_min: int = Field(
         default=20, ge=1, description="failed authentications per client address and minute"

@@ -84,7 +84,7 @@ def _print_batch(client: Client, batch_id: str, *, indent: int | None = None) ->
     from producer.batches import store
     from producer.batches.views import batch_object
 
-    row = store.refresh_batch(client.sessions, batch_id, cancel_job=client.cancel)
+    row = store.refresh_batch(client.sessions, batch_id, cancel_batch_jobs=client.cancel_batch_jobs)
     print(json.dumps(batch_object(row), indent=indent))
 
 
@@ -153,7 +153,9 @@ def _results(args: argparse.Namespace) -> int:
 
     with Client(Settings.from_env(), warm=False) as client:
         batch = store.get_batch(client.sessions, args.id, owner=args.owner)
-        batch = store.refresh_batch(client.sessions, batch.id, cancel_job=client.cancel)
+        batch = store.refresh_batch(
+            client.sessions, batch.id, cancel_batch_jobs=client.cancel_batch_jobs
+        )
         with client.sessions() as session:
             for text in store.output_lines(session, batch):
                 sys.stdout.write(text + "\n")
@@ -174,7 +176,7 @@ def _cancel(args: argparse.Namespace) -> int:
 
     with Client(Settings.from_env(), warm=False) as client:
         row = store.cancel_batch(
-            client.sessions, args.id, owner=args.owner, cancel_job=client.cancel
+            client.sessions, args.id, owner=args.owner, cancel_batch_jobs=client.cancel_batch_jobs
         )
     print(f"batch {row.id} is {row.status}", file=sys.stderr)
     return 0

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from producer.batches.lines import BatchLine, LineInvalid, parse_line
 from producer.batches.status import BatchStatus
-from producer.batches.store import LEASE, input_lines, refresh_batch, unfinished_jobs
+from producer.batches.store import LEASE, input_lines, refresh_batch
 from producer.client import Client
 from schemas.boundary import database_boundary
 from schemas.errors import IdempotencyConflict, InvalidRequest, PromptTooLong, QueueFull
@@ -159,14 +159,13 @@ def enqueue_batch(
                 break
         if _renew(sessions, batch_id, holder) is BatchStatus.CANCELLING:
             # Jobs linked after the cancel looked for them: cancel them too.
-            for job_id in unfinished_jobs(sessions, batch_id):
-                client.cancel(job_id)
+            client.cancel_batch_jobs(batch_id)
     except LostClaim:
         log.warning("batch %s was taken over by another enqueuer", batch_id)
         return True
     finally:
         _release(sessions, batch_id, holder)
-    refresh_batch(sessions, batch_id, cancel_job=client.cancel)
+    refresh_batch(sessions, batch_id, cancel_batch_jobs=client.cancel_batch_jobs)
     return True
 
 

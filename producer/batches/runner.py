@@ -6,17 +6,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import socket
 import threading
+import time
 import uuid
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TypeVar
 
 from producer.batches.enqueue import enqueue_batch
-from producer.batches.store import active_batches, refresh_batch
+from producer.batches.store import ActiveBatch, active_batches, refresh_batch
 from producer.client import Client
 from schemas.errors import LlmqError
 
@@ -24,29 +27,83 @@ log = logging.getLogger(__name__)
 
 INTERVAL_S = 2.0
 FEEDERS = 4
+TURN_S = 60.0
+"""A feeder fed its batch this long gives it up when another key's batch waits for
+a feeder and none is free (more keys than feeders take turns)."""
 
 T = TypeVar("T")
+
+
+def fair_order(
+    waiting: list[ActiveBatch],
+    feeding: Counter[str | None],
+    last_fed: Mapping[str | None, float] | None = None,
+) -> list[ActiveBatch]:
+    """``waiting`` (oldest first) in the order feeders should take them: round-robin
+    by owner, the owner with the fewest batches being fed (``feeding``) first, then
+    the one whose feeder started longest ago (``last_fed``; never: first), then the
+    oldest batch's owner; so one key's many batches never take every feeder while
+    another key's batch waits."""
+    last = last_fed or {}
+    queues: dict[str | None, list[ActiveBatch]] = {}
+    for batch in waiting:
+        queues.setdefault(batch.owner, []).append(batch)
+    taken = Counter(feeding)
+    order: list[ActiveBatch] = []
+    while queues:
+        owner = min(queues, key=lambda o: (taken[o], last.get(o, -math.inf)))
+        order.append(queues[owner].pop(0))
+        taken[owner] += 1
+        if not queues[owner]:
+            del queues[owner]
+    return order
+
+
+def over_share(
+    owner: str | None, feeding: Counter[str | None], waiting: frozenset[str | None], feeders: int
+) -> bool:
+    """Whether one of ``owner``'s feeders should give its turn up: another owner has a
+    batch waiting for a feeder, and ``owner`` is fed more than an even share of them."""
+    if not waiting - {owner}:
+        return False
+    owners = len(set(feeding) | waiting)
+    return feeding[owner] > max(1, feeders // max(1, owners))
 
 
 class BatchRunner:
     """One asyncio task per gateway process; the blocking work runs in threads of its own.
 
-    A feeder holds its thread for its batch's whole run (it waits out a full batch queue
+    A feeder holds its thread for its batch's run (it waits out a full batch queue
     there), so feeders never take the event loop's default pool, which key checks and
     submits use: at most ``feeders`` batches are fed at once by this process, and the
-    sweep has one more thread, so a full set of feeders never holds it up. Any number
+    sweep has one more thread, so a full set of feeders never holds it up. Feeders go
+    round-robin by owner: a key fed more than its even share gives a feeder up (its
+    batch resumes later, where it stopped) when another key's batch waits, and with
+    more keys waiting than feeders, a feeder gives its batch up after ``turn_s``. Any number
     of gateways may run one: a batch is fed by whoever holds its lease, and a batch
     whose lease lapsed (its gateway died) is picked up by the next sweep.
     """
 
     def __init__(
-        self, client: Client, *, interval_s: float = INTERVAL_S, feeders: int = FEEDERS
+        self,
+        client: Client,
+        *,
+        interval_s: float = INTERVAL_S,
+        feeders: int = FEEDERS,
+        turn_s: float = TURN_S,
     ) -> None:
         self.client = client
         self.interval_s = interval_s
         self.feeders = max(1, feeders)
         self.holder = f"{socket.gethostname()[:40]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._feeding: dict[str, asyncio.Task[None]] = {}
+        self.turn_s = turn_s
+        self._owners: dict[str, str | None] = {}
+        self._started: dict[str, float] = {}
+        self._last_fed: dict[str | None, float] = {}
+        # Replaced whole (never changed in place) so feeder threads read it safely:
+        # how many batches each owner has fed now, and owners with a batch waiting.
+        self._share: tuple[Counter[str | None], frozenset[str | None]] = (Counter(), frozenset())
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = threading.Event()
@@ -89,17 +146,39 @@ class BatchRunner:
     async def sweep(self) -> None:
         """Start feeding every batch with lines no one sends; refresh every running one."""
         found = await self._in(self._sweep_pool, partial(active_batches, self.client.sessions))
-        for batch_id, waiting in found:
-            if batch_id in self._feeding:
+        waiting = [b for b in found if b.waiting and b.id not in self._feeding]
+        left: set[str | None] = set()
+        for batch in fair_order(waiting, self._fed_owners(), self._last_fed):
+            if len(self._feeding) >= self.feeders:  # a later sweep starts it
+                left.add(batch.owner)
                 continue
-            if waiting:
-                if len(self._feeding) < self.feeders:  # else a later sweep starts it
-                    self._feeding[batch_id] = asyncio.create_task(self._feed(batch_id))
+            self._owners[batch.id] = batch.owner
+            self._started[batch.id] = self._last_fed[batch.owner] = time.monotonic()
+            self._feeding[batch.id] = asyncio.create_task(self._feed(batch.id))
+        self._share = (self._fed_owners(), frozenset(left))
+        for batch in found:
+            if batch.waiting or batch.id in self._feeding:
                 continue
             refresh = partial(
-                refresh_batch, self.client.sessions, batch_id, cancel_job=self.client.cancel
+                refresh_batch,
+                self.client.sessions,
+                batch.id,
+                cancel_batch_jobs=self.client.cancel_batch_jobs,
             )
             await self._in(self._sweep_pool, refresh)
+
+    def _fed_owners(self) -> Counter[str | None]:
+        return Counter(self._owners[b] for b in self._feeding if b in self._owners)
+
+    def _gives_way(self, batch_id: str) -> bool:
+        """Called by a feeder between lines (in its thread): stop for now, another
+        owner's batch is owed this feeder."""
+        feeding, waiting = self._share
+        owner = self._owners.get(batch_id)
+        if over_share(owner, feeding, waiting, self.feeders):
+            return True
+        held_s = time.monotonic() - self._started.get(batch_id, math.inf)
+        return bool(waiting - {owner}) and held_s > self.turn_s
 
     async def _feed(self, batch_id: str) -> None:
         try:
@@ -108,7 +187,7 @@ class BatchRunner:
                 self.client,
                 batch_id,
                 holder=self.holder,
-                stopping=self._stopping.is_set,
+                stopping=lambda: self._stopping.is_set() or self._gives_way(batch_id),
             )
             await self._in(self._feed_pool, feed)
         except LlmqError as exc:
@@ -116,4 +195,8 @@ class BatchRunner:
             log.warning("enqueuing batch %s stopped: %s", batch_id, exc)
         finally:
             self._feeding.pop(batch_id, None)
+            self._owners.pop(batch_id, None)
+            self._started.pop(batch_id, None)
+            # No longer counted against its owner: others see the share it left.
+            self._share = (self._fed_owners(), frozenset())
             self.wake()  # a feeder is free: a batch left waiting for one may start

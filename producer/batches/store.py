@@ -11,8 +11,9 @@ import contextlib
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from sqlalchemy import ColumnElement, delete, func, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
@@ -21,9 +22,10 @@ from producer.batches.lines import ENDPOINTS, MAX_CUSTOM_ID_CHARS, peek_custom_i
 from producer.batches.status import ACTIVE, BatchStatus, Tally, next_status, parse_window
 from producer.batches.views import error_line, job_error_code, output_line
 from schemas.boundary import DATABASE_ERRORS, database_boundary
-from schemas.errors import InvalidRequest, JobNotFound
+from schemas.errors import InUse, InvalidRequest, JobNotFound, QuotaExceeded
 from schemas.jobs import JobStatus
 from schemas.queues import Tier
+from schemas.settings import Settings
 from schemas.tables import Batch, BatchFile, BatchFileLine, BatchLineError, Job, as_utc, utcnow
 
 INPUT_PURPOSE = "batch"
@@ -37,7 +39,34 @@ CONTENT_PIECE_BYTES = 64 * 1024
 MAX_LIST_LIMIT = 100
 UNFINISHED = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
 
+QUOTA_RETRY_S = 60
+"""Retry-After of a quota refusal: about when a batch may have ended or a file been deleted."""
+DELETE_CHUNK = 5000
+
 CancelJob = Callable[[str], None]
+"""Cancels one job by its id."""
+CancelBatchJobs = Callable[[str], object]
+"""Cancels every unfinished job of a batch, by the batch's id, at once."""
+
+
+@dataclass(frozen=True)
+class Quotas:
+    """What one owner (API key) may hold: uploaded files and their bytes, and batches
+    and their request lines not yet ended. ``None`` owners (no keys) have no quotas."""
+
+    files: int
+    stored_bytes: int
+    batches: int
+    lines: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Quotas:
+        return cls(
+            files=settings.key_max_files,
+            stored_bytes=settings.key_max_stored_bytes,
+            batches=settings.key_max_batches_in_flight,
+            lines=settings.key_max_batch_lines_in_flight,
+        )
 
 
 class NotFound(JobNotFound):
@@ -64,6 +93,7 @@ def create_file(
     owner: str | None,
     max_line_bytes: int,
     max_lines: int = MAX_LINES,
+    quotas: Quotas | None = None,
 ) -> BatchFile:
     """Store an uploaded JSONL file line by line (never all of it, nor more than one
     line of ``max_line_bytes``, in memory).
@@ -75,10 +105,15 @@ def create_file(
     file's row last, so the file exists only once all of it is stored. Raises
     ``InvalidRequest`` for a purpose other than ``batch``, a file without lines, a line
     longer than ``max_line_bytes`` or more than ``max_lines`` lines (nothing is kept);
-    ``DatabaseUnavailable``.
+    ``QuotaExceeded`` when the owner already holds ``quotas.files`` files, or this one
+    would take its stored bytes past ``quotas.stored_bytes`` (checked before reading
+    and again as the file's row is written; nothing is kept); ``DatabaseUnavailable``.
     """
     if purpose != INPUT_PURPOSE:
         raise InvalidRequest(f"purpose must be {INPUT_PURPOSE!r}, not {purpose!r}")
+    if quotas is not None and owner is not None:
+        with database_boundary("check the key's file quota"), sessions() as session:
+            _check_file_quota(session, owner, quotas, adding=0)
     row = BatchFile(
         id=new_file_id(),
         owner=owner,
@@ -91,11 +126,40 @@ def create_file(
     try:
         row.bytes, row.lines = _store_lines(sessions, stream, row.id, max_line_bytes, max_lines)
         with database_boundary("store the uploaded file"), sessions.begin() as session:
+            if quotas is not None and owner is not None:
+                _check_file_quota(session, owner, quotas, adding=row.bytes)
             session.add(row)
     except BaseException:
         _forget_lines(sessions, row.id)
         raise
     return row
+
+
+def _check_file_quota(session: Session, owner: str, quotas: Quotas, *, adding: int) -> None:
+    """Raise ``QuotaExceeded`` if ``owner`` may not store one more file of ``adding``
+    bytes (with 0: if it is already at either quota)."""
+    count, size = session.execute(
+        select(func.count(), func.coalesce(func.sum(BatchFile.bytes), 0)).where(
+            BatchFile.owner == owner, BatchFile.purpose == INPUT_PURPOSE
+        )
+    ).one()
+    if int(count) >= quotas.files:
+        raise QuotaExceeded(
+            f"file quota reached: this key stores {int(count)} files, the limit is "
+            f"{quotas.files}; delete some (DELETE /v1/files/{{id}}) to upload more",
+            quota="files",
+            retry_after_s=QUOTA_RETRY_S,
+        )
+    if int(size) + adding > quotas.stored_bytes or (
+        adding == 0 and int(size) >= quotas.stored_bytes
+    ):
+        raise QuotaExceeded(
+            f"stored bytes quota reached: this key stores {int(size)} bytes of files"
+            + (f", and this upload adds {adding}" if adding else "")
+            + f"; the limit is {quotas.stored_bytes}; delete files to upload more",
+            quota="stored_bytes",
+            retry_after_s=QUOTA_RETRY_S,
+        )
 
 
 def _store_lines(
@@ -181,6 +245,45 @@ def get_file(sessions: sessionmaker[Session], file_id: str, *, owner: str | None
     if row is None or (owner is not None and row.owner != owner):
         raise NotFound(f"no file with id {file_id}")
     return row
+
+
+def delete_file(sessions: sessionmaker[Session], file_id: str, *, owner: str | None) -> str:
+    """Delete a file and its stored lines; its id.
+
+    The file's row goes first, in a transaction that finds no unfinished batch using
+    it, so it is gone for every reader at once; its lines follow in short
+    transactions of ``DELETE_CHUNK``. Raises ``NotFound`` (also for another owner's
+    file), ``InUse`` while a batch not yet ended reads it, ``DatabaseUnavailable``.
+    """
+    row = get_file(sessions, file_id, owner=owner)
+    with database_boundary("delete the file"), sessions.begin() as session:
+        user = session.scalar(
+            select(Batch.id)
+            .where(
+                Batch.input_file_id == row.id,
+                Batch.status.in_([s.value for s in ACTIVE]),
+            )
+            .limit(1)
+        )
+        if user is not None:
+            raise InUse(f"file {row.id} is the input of batch {user}, which has not ended")
+        gone = session.execute(delete(BatchFile).where(BatchFile.id == row.id))
+    if gone.rowcount == 0:  # type: ignore[attr-defined]
+        raise NotFound(f"no file with id {file_id}")
+    if row.purpose == INPUT_PURPOSE:
+        _drop_lines(sessions, row.id, row.lines)
+    return row.id
+
+
+def _drop_lines(sessions: sessionmaker[Session], file_id: str, lines: int) -> None:
+    for start in range(0, max(lines, 1), DELETE_CHUNK):
+        with database_boundary("delete the file's lines"), sessions.begin() as session:
+            session.execute(
+                delete(BatchFileLine).where(
+                    BatchFileLine.file_id == file_id,
+                    BatchFileLine.line_no < start + DELETE_CHUNK,
+                )
+            )
 
 
 Reader = Callable[[], AbstractContextManager[Session]]
@@ -341,11 +444,14 @@ def create_batch(
     owner: str | None,
     tier: str = "auto",
     metadata: dict[str, Any] | None = None,
+    quotas: Quotas | None = None,
 ) -> Batch:
     """A new batch (status validating) over an uploaded file of the same owner.
 
     Raises ``InvalidRequest`` (unknown endpoint or tier, bad window, a file that is
-    not a batch input), ``NotFound`` (no such file for this owner).
+    not a batch input), ``NotFound`` (no such file for this owner), ``QuotaExceeded``
+    (the owner has ``quotas.batches`` batches not yet ended, or their lines and this
+    file's would pass ``quotas.lines``).
     """
     if endpoint not in ENDPOINTS:
         raise InvalidRequest(f"endpoint must be one of {', '.join(ENDPOINTS)}, not {endpoint!r}")
@@ -373,8 +479,34 @@ def create_batch(
         expires_at=now + window,
     )
     with database_boundary("record the batch"), sessions.begin() as session:
+        if session.get(BatchFile, source.id) is None:  # deleted meanwhile
+            raise NotFound(f"no file with id {input_file_id}")
+        if quotas is not None and owner is not None:
+            _check_batch_quota(session, owner, quotas, adding=source.lines)
         session.add(row)
     return row
+
+
+def _check_batch_quota(session: Session, owner: str, quotas: Quotas, *, adding: int) -> None:
+    count, lines = session.execute(
+        select(func.count(), func.coalesce(func.sum(Batch.total), 0)).where(
+            Batch.owner == owner, Batch.status.in_([s.value for s in ACTIVE])
+        )
+    ).one()
+    if int(count) >= quotas.batches:
+        raise QuotaExceeded(
+            f"batches in flight quota reached: this key has {int(count)} batches not yet "
+            f"ended, the limit is {quotas.batches}",
+            quota="batches_in_flight",
+            retry_after_s=QUOTA_RETRY_S,
+        )
+    if int(lines) + adding > quotas.lines:
+        raise QuotaExceeded(
+            f"lines in flight quota reached: this key's unfinished batches hold "
+            f"{int(lines)} lines and this one adds {adding}; the limit is {quotas.lines}",
+            quota="lines_in_flight",
+            retry_after_s=QUOTA_RETRY_S,
+        )
 
 
 def get_batch(sessions: sessionmaker[Session], batch_id: str, *, owner: str | None) -> Batch:
@@ -439,14 +571,20 @@ def unfinished_jobs(sessions: sessionmaker[Session], batch_id: str) -> list[str]
 
 
 def refresh_batch(
-    sessions: sessionmaker[Session], batch_id: str, *, cancel_job: CancelJob
+    sessions: sessionmaker[Session],
+    batch_id: str,
+    *,
+    cancel_job: CancelJob | None = None,
+    cancel_batch_jobs: CancelBatchJobs | None = None,
 ) -> Batch:
     """Recompute the batch's counts and status from its job rows; store and return it.
 
     A batch past its window becomes ``expired`` and its unfinished jobs are cancelled
-    (``cancel_job``); one whose every line has a result becomes ``completed`` (through
-    ``finalizing``) with its output and error files. Safe to run anywhere, any number
-    of times at once: each change of status is one conditional ``UPDATE``.
+    (all at once by ``cancel_batch_jobs``, else one by one by ``cancel_job``); one
+    whose every line has a result becomes ``completed`` (through ``finalizing``) with
+    its output and error files. Safe to run anywhere, any number of times at once:
+    each change of status is one conditional ``UPDATE``, and the result files are
+    written in its transaction, only by the call whose ``UPDATE`` won.
     """
     with database_boundary("refresh the batch"), sessions() as session:
         batch = session.get(Batch, batch_id)
@@ -462,17 +600,27 @@ def refresh_batch(
             status, counts, now=now, expires_at=as_utc(batch.expires_at), enqueuing=enqueuing
         )
     if new is BatchStatus.EXPIRED:
-        for job_id in unfinished_jobs(sessions, batch_id):
-            cancel_job(job_id)
+        cancel_unfinished(sessions, batch_id, cancel_job, cancel_batch_jobs)
     values: dict[str, Any] = {"completed": counts.done, "failed": counts.failed}
+    files: list[BatchFile] = []
     if new is not status:
         values |= _transition(new, now)
         if new.is_final:
-            values |= _result_files(sessions, batch, new, counts)
+            files = _result_files(sessions, batch, new)
+            for file in files:
+                column = "output_file_id" if file.purpose == OUTPUT_PURPOSE else "error_file_id"
+                values[column] = file.id
     with database_boundary("refresh the batch"), sessions.begin() as session:
-        session.execute(
-            update(Batch).where(Batch.id == batch_id, Batch.status == status.value).values(values)
-        )
+        moved = session.execute(
+            update(Batch)
+            .where(Batch.id == batch_id, Batch.status == status.value)
+            .values(values)
+            .returning(Batch.id)
+        ).first()
+        # Only the call whose UPDATE won writes the files its row now names: two
+        # refreshes at once never leave a file no batch points to.
+        if moved is not None:
+            session.add_all(files)
     with database_boundary("refresh the batch"), sessions() as session:
         fresh = session.get(Batch, batch_id)
     assert fresh is not None
@@ -499,42 +647,64 @@ def _transition(new: BatchStatus, now: datetime) -> dict[str, Any]:
 
 
 def _result_files(
-    sessions: sessionmaker[Session], batch: Batch, new: BatchStatus, counts: Tally
-) -> dict[str, Any]:
-    """Output and error file rows for a batch that just ended (sizes measured once)."""
+    sessions: sessionmaker[Session], batch: Batch, new: BatchStatus
+) -> list[BatchFile]:
+    """Output and error file rows for a batch that is ending (sizes measured once,
+    read before the write that ends it, so no write lock is held meanwhile)."""
     ended = Batch(**{c.key: getattr(batch, c.key) for c in Batch.__table__.columns})
     ended.status = new.value
-    files: dict[str, Any] = {}
-    with database_boundary("write the batch's result files"), sessions.begin() as session:
-        for purpose, column, lines in (
-            (OUTPUT_PURPOSE, "output_file_id", output_lines),
-            (ERROR_PURPOSE, "error_file_id", error_lines),
-        ):
+    files: list[BatchFile] = []
+    with database_boundary("write the batch's result files"), sessions() as session:
+        for purpose, lines in ((OUTPUT_PURPOSE, output_lines), (ERROR_PURPOSE, error_lines)):
             size = count = 0
             for text in lines(session, ended):
                 size += len(text.encode()) + 1
                 count += 1
             if count == 0:
                 continue
-            row = BatchFile(
-                id=new_file_id(),
-                owner=batch.owner,
-                purpose=purpose,
-                filename=f"{batch.id}_{'output' if purpose == OUTPUT_PURPOSE else 'errors'}.jsonl",
-                bytes=size,
-                lines=count,
-                batch_id=batch.id,
-                created_at=utcnow(),
+            kind = "output" if purpose == OUTPUT_PURPOSE else "errors"
+            files.append(
+                BatchFile(
+                    id=new_file_id(),
+                    owner=batch.owner,
+                    purpose=purpose,
+                    filename=f"{batch.id}_{kind}.jsonl",
+                    bytes=size,
+                    lines=count,
+                    batch_id=batch.id,
+                    created_at=utcnow(),
+                )
             )
-            session.add(row)
-            files[column] = row.id
     return files
 
 
+def cancel_unfinished(
+    sessions: sessionmaker[Session],
+    batch_id: str,
+    cancel_job: CancelJob | None,
+    cancel_batch_jobs: CancelBatchJobs | None,
+) -> None:
+    """Cancel the batch's unfinished jobs: at once with ``cancel_batch_jobs``, else
+    one by one with ``cancel_job``."""
+    if cancel_batch_jobs is not None:
+        cancel_batch_jobs(batch_id)
+        return
+    if cancel_job is None:
+        raise ValueError("cancel_job or cancel_batch_jobs is needed")
+    for job_id in unfinished_jobs(sessions, batch_id):
+        cancel_job(job_id)
+
+
 def cancel_batch(
-    sessions: sessionmaker[Session], batch_id: str, *, owner: str | None, cancel_job: CancelJob
+    sessions: sessionmaker[Session],
+    batch_id: str,
+    *,
+    owner: str | None,
+    cancel_job: CancelJob | None = None,
+    cancel_batch_jobs: CancelBatchJobs | None = None,
 ) -> Batch:
-    """Stop a batch: no more of its lines are sent, its unfinished jobs are cancelled.
+    """Stop a batch: no more of its lines are sent, its unfinished jobs are cancelled
+    (see :func:`cancel_unfinished`).
 
     It is ``cancelling`` until nothing of it runs, then ``cancelled``. A batch that
     already ended is returned as it is. Raises ``NotFound``.
@@ -547,26 +717,37 @@ def cancel_batch(
                 .where(Batch.id == batch.id, Batch.status.in_([s.value for s in ACTIVE[:2]]))
                 .values(status=BatchStatus.CANCELLING.value, cancelling_at=utcnow())
             )
-    for job_id in unfinished_jobs(sessions, batch.id):
-        cancel_job(job_id)
-    return refresh_batch(sessions, batch.id, cancel_job=cancel_job)
+    cancel_unfinished(sessions, batch.id, cancel_job, cancel_batch_jobs)
+    return refresh_batch(
+        sessions, batch.id, cancel_job=cancel_job, cancel_batch_jobs=cancel_batch_jobs
+    )
 
 
-def active_batches(sessions: sessionmaker[Session]) -> list[tuple[str, bool]]:
-    """Every batch not yet over, and whether lines of it still wait to be enqueued by
-    someone (no live claim on it)."""
+class ActiveBatch(NamedTuple):
+    """A batch not yet over: its owner, and whether lines of it still wait to be
+    enqueued by someone (no live claim on it)."""
+
+    id: str
+    owner: str | None
+    waiting: bool
+
+
+def active_batches(sessions: sessionmaker[Session]) -> list[ActiveBatch]:
+    """Every batch not yet over, oldest first."""
     now = utcnow()
     with database_boundary("find the running batches"), sessions() as session:
         rows = session.execute(
-            select(Batch.id, Batch.status, Batch.enqueued, Batch.total, Batch.lease_until).where(
-                Batch.status.in_([s.value for s in ACTIVE])
+            select(
+                Batch.id, Batch.owner, Batch.status, Batch.enqueued, Batch.total, Batch.lease_until
             )
+            .where(Batch.status.in_([s.value for s in ACTIVE]))
+            .order_by(Batch.created_at, Batch.id)
         ).all()
     found = []
-    for batch_id, status, enqueued, total, lease_until in rows:
+    for batch_id, owner, status, enqueued, total, lease_until in rows:
         free = lease_until is None or as_utc(lease_until) <= now
         waiting = status != BatchStatus.CANCELLING and enqueued < total and free
-        found.append((batch_id, waiting))
+        found.append(ActiveBatch(batch_id, owner, waiting))
     return found
 
 

@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 
 MODELS = ["auto", *[tier.value for tier in Tier]]
 RESULT_TIMEOUT_S = 600.0
+OPENAPI_PATH = "/openapi.json"
 
 
 class Gateway:
@@ -336,15 +337,25 @@ def create_app(
     within that time.
     """
     gateway = Gateway(settings, require_keys=require_keys, key_cache_s=key_cache_s)
-    app = FastAPI(title="llmq gateway", lifespan=gateway.lifespan)
+    # With keys on, the API's schema needs a key like /v1 does, and the browsable
+    # pages (which fetch it without one) are not served.
+    app = FastAPI(
+        title="llmq gateway",
+        lifespan=gateway.lifespan,
+        docs_url=None if require_keys else "/docs",
+        redoc_url=None if require_keys else "/redoc",
+    )
     app.add_middleware(
         FrontDoor,
         authorize=gateway.authorize if require_keys else None,
         max_body_bytes=settings.max_body_bytes,
         on_error=error_response,
         upload_paths=frozenset({FILES_PATH}),
-        keyed_paths=frozenset({"/metrics"} if settings.metrics_require_key else ()),
+        keyed_paths=frozenset(
+            {OPENAPI_PATH, *(["/metrics"] if settings.metrics_require_key else [])}
+        ),
         max_upload_bytes=settings.max_upload_bytes,
+        body_timeout_s=settings.body_read_timeout_s,
     )
     app.add_exception_handler(LlmqError, _llmq_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]

@@ -67,8 +67,12 @@ class BatchApi:
     def _sessions(self) -> Any:
         return self.gateway.client.sessions
 
-    def _cancel(self, job_id: str) -> None:
-        self.gateway.client.sync.cancel(job_id)
+    def _cancel_jobs(self, batch_id: str) -> int:
+        return self.gateway.client.sync.cancel_batch_jobs(batch_id)
+
+    @property
+    def _quotas(self) -> store.Quotas:
+        return store.Quotas.from_settings(self.gateway.settings)
 
     async def upload(self, request: Request) -> JSONResponse:
         owner = await self._owner(request)
@@ -91,6 +95,7 @@ class BatchApi:
                 owner=owner,
                 max_line_bytes=self.gateway.settings.max_body_bytes,
                 max_lines=self.gateway.settings.batch_max_lines,
+                quotas=self._quotas,
             )
             row = await self._run(partial(create, self._sessions, upload.file))
         finally:
@@ -101,6 +106,13 @@ class BatchApi:
         owner = await self._owner(request)
         row = await self._run(partial(store.get_file, self._sessions, file_id, owner=owner))
         return JSONResponse(file_object(row))
+
+    async def delete_file(self, file_id: str, request: Request) -> JSONResponse:
+        """``DELETE /v1/files/{id}``: the file and its lines are gone (409 while a batch
+        not yet ended reads it)."""
+        owner = await self._owner(request)
+        deleted = await self._run(partial(store.delete_file, self._sessions, file_id, owner=owner))
+        return JSONResponse({"id": deleted, "object": "file", "deleted": True})
 
     async def content(self, file_id: str, request: Request) -> StreamingResponse:
         owner = await self._owner(request)
@@ -123,6 +135,7 @@ class BatchApi:
             owner=owner,
             tier=body.tier,
             metadata=body.metadata,
+            quotas=self._quotas,
         )
         row = await self._run(partial(create, self._sessions))
         if self.runner is not None:
@@ -132,7 +145,9 @@ class BatchApi:
     async def retrieve(self, batch_id: str, request: Request) -> JSONResponse:
         owner = await self._owner(request)
         row = await self._run(partial(store.get_batch, self._sessions, batch_id, owner=owner))
-        refresh = partial(store.refresh_batch, self._sessions, row.id, cancel_job=self._cancel)
+        refresh = partial(
+            store.refresh_batch, self._sessions, row.id, cancel_batch_jobs=self._cancel_jobs
+        )
         row = await self._run(refresh)
         return JSONResponse(batch_object(row))
 
@@ -155,7 +170,9 @@ class BatchApi:
 
     async def cancel(self, batch_id: str, request: Request) -> JSONResponse:
         owner = await self._owner(request)
-        cancel = partial(store.cancel_batch, owner=owner, cancel_job=self._cancel)
+        # One UPDATE cancels the queued jobs and one pipeline tells the running ones'
+        # workers, however many lines the batch has.
+        cancel = partial(store.cancel_batch, owner=owner, cancel_batch_jobs=self._cancel_jobs)
         row = await self._run(partial(cancel, self._sessions, batch_id))
         if self.runner is not None:
             self.runner.wake()
@@ -185,6 +202,7 @@ def add_batch_api(app: FastAPI, gateway: GatewayContext) -> None:
     api = BatchApi(gateway)
     app.add_api_route(FILES_PATH, api.upload, methods=["POST"])
     app.add_api_route(FILES_PATH + "/{file_id}", api.file, methods=["GET"])
+    app.add_api_route(FILES_PATH + "/{file_id}", api.delete_file, methods=["DELETE"])
     app.add_api_route(
         FILES_PATH + "/{file_id}/content", api.content, methods=["GET"], response_model=None
     )

@@ -8,6 +8,7 @@ from schemas.errors import (
     BrokerUnavailable,
     DatabaseUnavailable,
     IdempotencyConflict,
+    InUse,
     InvalidRequest,
     JobCancelled,
     JobExpired,
@@ -18,6 +19,7 @@ from schemas.errors import (
     NoWarmWorker,
     PromptTooLong,
     QueueFull,
+    QuotaExceeded,
 )
 
 
@@ -52,6 +54,7 @@ STATIC_MAPPING: list[tuple[type[LlmqError], HttpError]] = [
     (PromptTooLong, HttpError(413, "invalid_request_error", "context_length_exceeded")),
     (IdempotencyConflict, HttpError(409, "invalid_request_error", "idempotency_conflict")),
     (InvalidRequest, BAD_REQUEST),
+    (InUse, HttpError(409, "invalid_request_error", "in_use")),
     (JobNotFound, NOT_FOUND),
     (NoWarmWorker, HttpError(503, "service_unavailable", "no_warm_worker", 5)),
     (BrokerUnavailable, HttpError(503, "service_unavailable", "backend_unavailable", 5)),
@@ -70,6 +73,8 @@ def http_error_for(exc: LlmqError) -> HttpError:
         return exc.http
     if isinstance(exc, QueueFull):
         return HttpError(429, "rate_limit_error", "queue_full", exc.retry_after_s)
+    if isinstance(exc, QuotaExceeded):
+        return HttpError(429, "rate_limit_error", "quota_exceeded", exc.retry_after_s)
     for kind, http in STATIC_MAPPING:
         if isinstance(exc, kind):
             return http

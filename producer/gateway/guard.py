@@ -4,12 +4,15 @@ In this order, for every HTTP request: a ``/v1`` call without a valid key is ref
 (401, or 429 from an address that failed authentication too often; a valid key is
 never refused for its address) and a key over its request rate is refused (429), all
 from the headers alone; then the body is
-read, at most ``max_body_bytes`` of it (413 beyond). Only then does FastAPI parse
-anything, so an unauthenticated or oversized body costs neither parsing nor memory.
+read, at most ``max_body_bytes`` of it (413 beyond) and within ``body_timeout_s``
+(408 beyond: a client trickling a body holds nothing for long). Only then does
+FastAPI parse anything, so an unauthenticated or oversized body costs neither parsing
+nor memory.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 from starlette.responses import Response
@@ -20,6 +23,8 @@ from producer.gateway.keys import KeyIdentity
 from schemas.errors import LlmqError
 
 TOO_LARGE = HttpError(413, "invalid_request_error", "request_too_large")
+TOO_SLOW = HttpError(408, "invalid_request_error", "request_timeout")
+BODY_TIMEOUT_S = 30.0
 
 Authorize = Callable[[str, str], Awaitable[KeyIdentity | None]]
 """(Authorization header, client address) -> the caller's key; raises GatewayError."""
@@ -39,6 +44,7 @@ class FrontDoor:
         upload_paths: frozenset[str] = frozenset(),
         max_upload_bytes: int = 0,
         keyed_paths: frozenset[str] = frozenset(),
+        body_timeout_s: float = BODY_TIMEOUT_S,
     ) -> None:
         self.app = app
         self.authorize = authorize
@@ -47,6 +53,7 @@ class FrontDoor:
         self.upload_paths = upload_paths
         self.max_upload_bytes = max_upload_bytes
         self.on_error = on_error
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -105,6 +112,24 @@ class FrontDoor:
                     f"request body of {int(declared)} bytes exceeds the limit of {limit} bytes",
                     TOO_LARGE,
                 )
+        try:
+            async with asyncio.timeout(self.body_timeout_s):
+                messages = await self._read_body(receive, limit)
+        except TimeoutError:
+            raise GatewayError(
+                f"request body not received within {self.body_timeout_s:g} s", TOO_SLOW
+            ) from None
+        replay = iter(messages)
+
+        async def replaying() -> Message:
+            for message in replay:
+                return message
+            return await receive()
+
+        return replaying
+
+    @staticmethod
+    async def _read_body(receive: Receive, limit: int) -> list[Message]:
         messages: list[Message] = []
         size = 0
         while True:
@@ -118,14 +143,7 @@ class FrontDoor:
                 raise GatewayError(f"request body exceeds the limit of {limit} bytes", TOO_LARGE)
             if not message.get("more_body", False):
                 break
-        replay = iter(messages)
-
-        async def replaying() -> Message:
-            for message in replay:
-                return message
-            return await receive()
-
-        return replaying
+        return messages
 
 
 def _headers(scope: Scope) -> dict[str, str]:

@@ -127,3 +127,36 @@ def test_a_malformed_content_length_is_a_400() -> None:
         door(App()), {"authorization": "Bearer good", "content-length": "12abc"}, [b"{}"]
     )
     assert (status, body["error"]["code"]) == (400, "invalid_request")
+
+
+def test_a_body_not_sent_in_time_is_a_408_on_any_path() -> None:
+    # Headers promise a body that never comes: the door stops waiting at its deadline
+    # (an unauthenticated path included) instead of holding the connection for ever.
+    app = App()
+    front = FrontDoor(app, authorize=authorize, max_body_bytes=1000, on_error=on_error)
+    front.body_timeout_s = 0.2
+    scope: Scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/healthz",
+        "headers": [(b"content-length", b"100")],
+        "client": ("10.0.0.1", 1234),
+    }
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        await asyncio.sleep(3600)
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    async def run() -> None:
+        await asyncio.wait_for(front(scope, receive, send), timeout=5)
+
+    asyncio.run(run())
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    body = json.loads(b"".join(m.get("body", b"") for m in sent if m.get("body")))
+    assert status == 408
+    assert "within 0.2 s" in body["error"]["message"]
+    assert app.body is None
