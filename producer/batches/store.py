@@ -238,8 +238,22 @@ def _stored_line(file_id: str, line_no: int, raw: bytes, seen: set[str]) -> dict
     }
 
 
+def _could_be_id(value: str) -> bool:
+    """Whether ``value`` could name a row: no NUL, valid Unicode. The database would
+    refuse to compare anything else (a 503 for what is only a missing row)."""
+    if "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def get_file(sessions: sessionmaker[Session], file_id: str, *, owner: str | None) -> BatchFile:
     """The file's row; raises ``NotFound`` (also for another owner's file)."""
+    if not _could_be_id(file_id):
+        raise NotFound(f"no file with id {file_id!r}")
     with database_boundary("read the file"), sessions() as session:
         row = session.get(BatchFile, file_id[:40])
     if row is None or (owner is not None and row.owner != owner):
@@ -511,6 +525,8 @@ def _check_batch_quota(session: Session, owner: str, quotas: Quotas, *, adding: 
 
 def get_batch(sessions: sessionmaker[Session], batch_id: str, *, owner: str | None) -> Batch:
     """The batch's row as stored; raises ``NotFound`` (also for another owner's)."""
+    if not _could_be_id(batch_id):
+        raise NotFound(f"no batch with id {batch_id!r}")
     with database_boundary("read the batch"), sessions() as session:
         row = session.get(Batch, batch_id[:40])
     if row is None or (owner is not None and row.owner != owner):
@@ -526,6 +542,8 @@ def list_batches(
     query = select(Batch).order_by(Batch.created_at.desc(), Batch.id.desc())
     if owner is not None:
         query = query.where(Batch.owner == owner)
+    if after is not None and not _could_be_id(after):
+        raise NotFound(f"no batch with id {after!r}")
     with database_boundary("list the batches"), sessions() as session:
         if after is not None:
             anchor = session.get(Batch, after[:40])

@@ -299,3 +299,20 @@ def test_a_second_keys_batch_is_fed_while_the_first_keys_waits_on_a_full_queue(
     finally:
         broker.close()
     assert fed_first < 12, "the second key waited for the first key's whole batch"
+
+
+def test_a_nul_in_a_file_or_batch_id_is_a_404_not_a_503(settings: Settings) -> None:
+    with running_gateway(settings) as url:
+        headers = auth(new_key(settings, "owner"))
+        for method, path, body in (
+            ("GET", "/v1/files/file-%00x", None),
+            ("GET", "/v1/files/file-%00x/content", None),
+            ("DELETE", "/v1/files/file-%00x", None),
+            ("GET", "/v1/batches/batch_%00x", None),
+            ("POST", "/v1/batches/batch_%00x/cancel", None),
+            ("GET", "/v1/batches?after=batch_%00x", None),
+            ("POST", "/v1/batches", {"input_file_id": "file-\x00x"}),
+        ):
+            answer = httpx.request(method, url + path, json=body, headers=headers)
+            assert answer.status_code == 404, (method, path, answer.text)
+            assert "no " in answer.json()["error"]["message"]
