@@ -256,6 +256,33 @@ BENCHES: tuple[Bench, ...] = (
         ),
     ),
     Bench(
+        "abuse",
+        "interactive TTFT through the gateway while it is attacked: /metrics and /readyz "
+        "floods, one key's batches on a full queue, a 50,000-line upload, slow readers, "
+        "bad keys, NUL and oversized input; 5xx, valid-key refusals, stuck rows",
+        "bench.abuse:run_abuse",
+        (
+            opt(*SAMPLES, default=100, help="interactive requests per phase (100 or more)"),
+            opt("--max-tokens", default=8, help="tokens per interactive request"),
+            opt("--port", default=8766, help="port of the gateway it starts"),
+            opt("--seed", default=7, help="random seed (the pauses between requests)"),
+            opt(
+                "--phases",
+                default=(
+                    "idle",
+                    "metrics_readyz_flood",
+                    "batch_flood",
+                    "big_upload",
+                    "slow_readers",
+                    "bad_keys",
+                    "bad_input",
+                ),
+                type=_names,
+                help="which phases run (idle always runs first)",
+            ),
+        ),
+    ),
+    Bench(
         "upload",
         "a large batch file stored and enqueued (private Redis): times and peak memory",
         _upload,

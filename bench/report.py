@@ -132,6 +132,10 @@ GOALS = (
     Goal("classifier", "p99_ms", "classifier latency p99 (ms)", "<=", 10),
     Goal("routing", "ratio", "routed / all-large mean latency (simulated)", "<=", 1),
     *(Goal("faults", key, f"faults: {key.replace('_', ' ')}", "==", 0) for key in FAULT_ZERO_KEYS),
+    Goal("abuse", "worst_phase_p99_ratio", "interactive p99, worst attack / idle", "<=", 1.5),
+    Goal("abuse", "http_5xx", "abuse: 5xx answers to anyone", "==", 0),
+    Goal("abuse", "valid_key_refusals", "abuse: valid keys refused", "==", 0),
+    Goal("abuse", "stuck_running", "abuse: rows left running", "==", 0),
 )
 
 
