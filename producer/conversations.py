@@ -48,6 +48,17 @@ def with_conversation(request: RequestLike, conversation_id: str) -> GenerationR
         raise InvalidRequest(f"invalid conversation id: {describe_validation_error(exc)}") from exc
 
 
+def _check_id(conversation_id: str) -> None:
+    """Raise ``ConversationNotFound`` for an id no conversation can have (a NUL, a lone
+    surrogate), which the database would refuse to compare (a 503 for a missing row)."""
+    try:
+        conversation_id.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConversationNotFound(f"no conversation with id {conversation_id!r}") from None
+    if "\x00" in conversation_id:
+        raise ConversationNotFound(f"no conversation with id {conversation_id!r}")
+
+
 def load_summaries(
     sessions: sessionmaker[Session],
     conversation_id: str,
@@ -60,6 +71,7 @@ def load_summaries(
     ``owner`` None is the owner-less namespace, not "any owner".
     """
     scope = owner or ""
+    _check_id(conversation_id)
     with database_boundary("read the conversation's summaries"), sessions() as session:
         exists = session.get(Conversation, (scope, conversation_id))
         if exists is None:
@@ -77,6 +89,7 @@ def load_turns(
 ) -> list[Turn]:
     """The conversation's turns in order; raises ``ConversationNotFound``."""
     scope = owner or ""
+    _check_id(conversation_id)
     with database_boundary("read the conversation"), sessions() as session:
         if session.get(Conversation, (scope, conversation_id)) is None:
             raise ConversationNotFound(f"no conversation with id {conversation_id!r}")

@@ -133,3 +133,13 @@ def test_summaries_are_served_to_their_owner_only(
     assert "conv-9" in theirs.json()["error"]["message"]
     assert "hello" not in theirs.text
     assert gateway.get(path).status_code == 401
+
+
+def test_a_nul_in_a_conversation_id_is_a_404_not_a_503(
+    gateway: httpx.Client, integration_settings: Settings
+) -> None:
+    answer = gateway.get(
+        "/v1/conversations/a%00b/summaries", headers=auth(new_key(integration_settings, "k"))
+    )
+    assert answer.status_code == 404, answer.text
+    assert "no conversation" in answer.json()["error"]["message"]
