@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from functools import partial
 
 import redis
@@ -416,13 +416,14 @@ class Client:
             else:
                 request_cancel(self._redis, job_id, ttl_s=ttl_s)
 
-    def cancel_batch_jobs(self, batch_id: str) -> int:
+    def cancel_batch_jobs(self, batch_id: str, *, scope: str = "", keys: Sequence[str] = ()) -> int:
         """Cancel every unfinished job of a batch at once: one ``UPDATE`` cancels the
         queued ones, whose streams are then closed, and one pipeline asks the workers of
-        the running ones to abort them. The number of jobs stopped or asked to stop.
-        Raises ``BrokerUnavailable`` or ``DatabaseUnavailable``.
+        the running ones to abort them. ``keys`` (idempotency keys of ``scope``, the
+        batch's owner) also reach its jobs not yet linked to it. The number of jobs
+        stopped or asked to stop. Raises ``BrokerUnavailable`` or ``DatabaseUnavailable``.
         """
-        cancelled, running = cancel_batch_rows(self._sessions, batch_id)
+        cancelled, running = cancel_batch_rows(self._sessions, batch_id, scope=scope, keys=keys)
         ttl_s = self.settings.replay_ttl_s
         with broker_boundary(f"cancel the jobs of batch {batch_id}"):
             for start in range(0, len(cancelled), CANCEL_PIPELINE):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Sequence
 from typing import cast
 
 from sqlalchemy import Float, Table, bindparam, delete, insert, select, update
@@ -189,18 +190,26 @@ def cancel_if_queued(sessions: sessionmaker[Session], job_id: str) -> bool:
 
 
 def cancel_batch_rows(
-    sessions: sessionmaker[Session], batch_id: str
+    sessions: sessionmaker[Session],
+    batch_id: str,
+    *,
+    scope: str = "",
+    keys: Sequence[str] = (),
 ) -> tuple[list[str], list[str]]:
     """Cancel every queued job of a batch in one conditional ``UPDATE``; the ids it
     cancelled, and the ids of the batch's jobs still running (their workers must be
-    asked to stop). Raises ``DatabaseUnavailable``."""
+    asked to stop). ``keys``: idempotency keys (of ``scope``) of jobs that belong to
+    the batch but may not be linked to it yet. Raises ``DatabaseUnavailable``."""
+    mine = Job.batch_id == batch_id
+    if keys:
+        mine = mine | ((Job.idempotency_scope == scope) & Job.idempotency_key.in_(list(keys)))
     queued = (
         update(Job)
-        .where(Job.batch_id == batch_id, Job.status == JobStatus.QUEUED.value)
+        .where(mine, Job.status == JobStatus.QUEUED.value)
         .values(status=JobStatus.CANCELLED.value, error=CANCELLED_MESSAGE, finished_at=db_now())
         .returning(Job.id)
     )
-    running = select(Job.id).where(Job.batch_id == batch_id, Job.status == JobStatus.RUNNING.value)
+    running = select(Job.id).where(mine, Job.status == JobStatus.RUNNING.value)
     with database_boundary(f"cancel the jobs of batch {batch_id}"), sessions.begin() as session:
         cancelled = list(session.scalars(queued))
         still_running = list(session.scalars(running))

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from producer.batches.lines import BatchLine, LineInvalid, parse_line
 from producer.batches.status import BatchStatus
-from producer.batches.store import LEASE, input_lines, refresh_batch
+from producer.batches.store import LEASE, input_lines, line_key, refresh_batch
 from producer.client import Client
 from schemas.boundary import database_boundary
 from schemas.errors import IdempotencyConflict, InvalidRequest, PromptTooLong, QueueFull
@@ -57,11 +57,6 @@ class _Chunk:
     @property
     def end(self) -> int:
         return self.start + len(self.links) + len(self.errors)
-
-
-def line_key(batch_id: str, line_no: int) -> str:
-    """The idempotency key of a batch's line: the same line is never two jobs."""
-    return f"{batch_id}:{line_no}"
 
 
 def claim(sessions: sessionmaker[Session], batch_id: str, holder: str) -> Batch | None:

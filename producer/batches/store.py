@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import IO, Any, NamedTuple
+from typing import IO, Any, NamedTuple, Protocol
 
 from sqlalchemy import ColumnElement, delete, func, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
@@ -45,8 +45,22 @@ DELETE_CHUNK = 5000
 
 CancelJob = Callable[[str], None]
 """Cancels one job by its id."""
-CancelBatchJobs = Callable[[str], object]
-"""Cancels every unfinished job of a batch, by the batch's id, at once."""
+UNLINKED_SPAN = 400
+"""Lines past a batch's ``enqueued`` whose jobs may exist unlinked (a chunk being sent,
+or left by a gateway that died sending it): a cancel reaches them by their keys."""
+
+
+class CancelBatchJobs(Protocol):
+    """Cancels every unfinished job of a batch at once: those linked to it by the
+    batch's id, and those with one of ``keys`` (idempotency keys of ``scope``)."""
+
+    def __call__(self, batch_id: str, *, scope: str = ..., keys: Sequence[str] = ...) -> object:
+        """Cancel them; what is returned is not used."""
+
+
+def line_key(batch_id: str, line_no: int) -> str:
+    """The idempotency key of a batch's line: the same line is never two jobs."""
+    return f"{batch_id}:{line_no}"
 
 
 @dataclass(frozen=True)
@@ -618,7 +632,7 @@ def refresh_batch(
             status, counts, now=now, expires_at=as_utc(batch.expires_at), enqueuing=enqueuing
         )
     if new is BatchStatus.EXPIRED:
-        cancel_unfinished(sessions, batch_id, cancel_job, cancel_batch_jobs)
+        cancel_unfinished(sessions, batch, cancel_job, cancel_batch_jobs)
     values: dict[str, Any] = {"completed": counts.done, "failed": counts.failed}
     files: list[BatchFile] = []
     if new is not status:
@@ -698,18 +712,20 @@ def _result_files(
 
 def cancel_unfinished(
     sessions: sessionmaker[Session],
-    batch_id: str,
+    batch: Batch,
     cancel_job: CancelJob | None,
     cancel_batch_jobs: CancelBatchJobs | None,
 ) -> None:
-    """Cancel the batch's unfinished jobs: at once with ``cancel_batch_jobs``, else
-    one by one with ``cancel_job``."""
+    """Cancel the batch's unfinished jobs: at once with ``cancel_batch_jobs`` (its jobs
+    not linked yet too, by their lines' keys), else one by one with ``cancel_job``."""
     if cancel_batch_jobs is not None:
-        cancel_batch_jobs(batch_id)
+        stop = min(batch.total, batch.enqueued + UNLINKED_SPAN)
+        keys = [line_key(batch.id, n) for n in range(batch.enqueued, stop)]
+        cancel_batch_jobs(batch.id, scope=batch.owner or "", keys=keys)
         return
     if cancel_job is None:
         raise ValueError("cancel_job or cancel_batch_jobs is needed")
-    for job_id in unfinished_jobs(sessions, batch_id):
+    for job_id in unfinished_jobs(sessions, batch.id):
         cancel_job(job_id)
 
 
@@ -735,7 +751,9 @@ def cancel_batch(
                 .where(Batch.id == batch.id, Batch.status.in_([s.value for s in ACTIVE[:2]]))
                 .values(status=BatchStatus.CANCELLING.value, cancelling_at=utcnow())
             )
-    cancel_unfinished(sessions, batch.id, cancel_job, cancel_batch_jobs)
+    # Read again: the cancel reaches the lines being sent now, not those of its first read.
+    batch = get_batch(sessions, batch.id, owner=None)
+    cancel_unfinished(sessions, batch, cancel_job, cancel_batch_jobs)
     return refresh_batch(
         sessions, batch.id, cancel_job=cancel_job, cancel_batch_jobs=cancel_batch_jobs
     )

@@ -9,7 +9,7 @@ is the calling key's own: another key's file or batch is a 404.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
@@ -67,8 +67,8 @@ class BatchApi:
     def _sessions(self) -> Any:
         return self.gateway.client.sessions
 
-    def _cancel_jobs(self, batch_id: str) -> int:
-        return self.gateway.client.sync.cancel_batch_jobs(batch_id)
+    def _cancel_jobs(self, batch_id: str, *, scope: str = "", keys: Sequence[str] = ()) -> int:
+        return self.gateway.client.sync.cancel_batch_jobs(batch_id, scope=scope, keys=keys)
 
     @property
     def _quotas(self) -> store.Quotas:

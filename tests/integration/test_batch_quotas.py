@@ -25,7 +25,7 @@ from producer.client import Client
 from schemas.jobs import JobStatus
 from schemas.queues import Priority, Tier, cancel_key, event_log_key, queue_name
 from schemas.settings import Settings, TierConfig
-from schemas.tables import Batch, BatchFile, BatchFileLine, Job
+from schemas.tables import Batch, BatchFile, BatchFileLine, Job, utcnow
 from tests.gateway_server import running_gateway
 from tests.integration.test_batches import (
     batch_jobs,
@@ -316,3 +316,47 @@ def test_a_nul_in_a_file_or_batch_id_is_a_404_not_a_503(settings: Settings) -> N
             answer = httpx.request(method, url + path, json=body, headers=headers)
             assert answer.status_code == 404, (method, path, answer.text)
             assert "no " in answer.json()["error"]["message"]
+
+
+def test_a_cancel_reaches_jobs_a_dead_gateway_sent_but_never_linked(settings: Settings) -> None:
+    with Client(settings) as client:
+        source = store.create_file(
+            client.sessions,
+            io.BytesIO(jsonl(*(line(f"r{i}") for i in range(5)))),
+            filename="r.jsonl",
+            purpose="batch",
+            owner="team",
+            max_line_bytes=1 << 20,
+        )
+        batch = store.create_batch(
+            client.sessions,
+            input_file_id=source.id,
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+            owner="team",
+        )
+        # A gateway sent three lines of its chunk, then died before linking them.
+        sent = [
+            client.submit(
+                {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+                tier="small",
+                priority="batch",
+                owner="team",
+                idempotency_key=store.line_key(batch.id, n),
+            ).job_id
+            for n in range(3)
+        ]
+        engine = create_engine(settings.database_url)
+        with engine.begin() as conn:
+            conn.execute(
+                update(Batch)
+                .where(Batch.id == batch.id)
+                .values(status="in_progress", lease_owner="gone", lease_until=utcnow())
+            )
+        engine.dispose()
+        ended = store.cancel_batch(
+            client.sessions, batch.id, owner="team", cancel_batch_jobs=client.cancel_batch_jobs
+        )
+        statuses = {client.status(job_id) for job_id in sent}
+    assert ended.status == "cancelled"
+    assert statuses == {JobStatus.CANCELLED}
