@@ -335,6 +335,13 @@ BENCHES: tuple[Bench, ...] = (
         ),
     ),
     Bench(
+        "compat",
+        "the OpenAI features clients rely on (streams, stop, structured outputs, "
+        "logprobs, n, tools, /v1/completions...) probed on vLLM's own server, then on "
+        "llmq's gateway, same engine: pass or fail per probe on each side",
+        "bench.compat:run_compat",
+    ),
+    Bench(
         "classifier",
         "routing classifier latency, accuracy and confusion on held-out requests",
         _classifier,

@@ -1,0 +1,775 @@
+"""The probes of ``llmq bench compat``: one OpenAI feature each, sent over plain HTTP
+and checked for the shape a client library reads and the behaviour it relies on, not
+just a 200.
+
+A probe is a function of an :class:`Api` (an ``httpx.Client`` on a server's base URL,
+and the model to name) that returns nothing when the feature works and raises
+:class:`ProbeFailed` saying what was wrong when it does not. The checks of a reply's
+shape (:func:`check_completion`, :func:`read_stream`, :func:`check_logprobs`...) are
+pure functions of the JSON a server sent, so they are tested on hand-written replies.
+Greedy decoding (temperature 0) makes the behaviour checks exact: a streamed answer is
+the plain one, a stop string cuts the free answer where it first appears.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+Json = dict[str, Any]
+
+FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter"})
+COUNT = [{"role": "user", "content": "Count from one to twenty in words, separated by commas."}]
+CAPITAL = [{"role": "user", "content": "What is the capital of Italy? Answer in JSON."}]
+REPEAT = [{"role": "user", "content": "Write the word apple twenty times."}]
+SHORT = [{"role": "user", "content": "What is 2 + 2?"}]
+WEATHER_QUESTION = [{"role": "user", "content": "What is the weather like in Paris?"}]
+CAPITAL_SCHEMA: Json = {
+    "type": "object",
+    "properties": {"capital": {"type": "string", "enum": ["Rome", "Milan", "Paris"]}},
+    "required": ["capital"],
+    "additionalProperties": False,
+}
+# An enum keeps the arguments short enough to end well inside max_tokens.
+WEATHER_TOOL: Json = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "enum": ["Paris", "Rome", "Berlin"]}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+TIME_TOOL: Json = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "description": "The current time in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "enum": ["Paris", "Rome", "Berlin"]}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+UNKNOWN_FIELD = "frobnicate_level"
+PHONE = "[0-9]{3}-[0-9]{4}"
+TEXT_PROMPT = "The capital of France is"
+
+
+class ProbeFailed(Exception):
+    """The server's reply lacks the feature, or has the wrong shape; the message says how."""
+
+
+def get(obj: Any, key: str) -> Any:
+    """``obj[key]`` of a JSON object, else ``None`` (a key it lacks, or no object)."""
+    return obj.get(key) if isinstance(obj, dict) else None
+
+
+def require(condition: bool, what: str) -> None:
+    """Raise :class:`ProbeFailed` with ``what`` unless ``condition`` holds."""
+    if not condition:
+        raise ProbeFailed(what)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One HTTP answer: its status and JSON body (``None`` when the body is not JSON);
+    for a stream, its ``data:`` chunks and whether it ended with ``[DONE]``."""
+
+    status: int
+    body: Any = None
+    chunks: tuple[Json, ...] = ()
+    done: bool = False
+    text: str = ""
+
+
+def error_message(reply: Reply) -> str:
+    """The message of an error reply in OpenAI's shape (``{"error": {"message"}}``), else
+    its text."""
+    body = reply.body
+    if isinstance(body, dict):
+        error = get(body, "error")
+        if isinstance(error, dict) and isinstance(get(error, "message"), str):
+            return str(error["message"])
+        if isinstance(get(body, "message"), str):
+            return str(body["message"])
+    return reply.text[:300]
+
+
+def expect_ok(reply: Reply) -> Json:
+    """The JSON object of a 200 reply; a non-200 fails the probe naming its status."""
+    if reply.status != 200:
+        raise ProbeFailed(f"HTTP {reply.status}: {error_message(reply)}")
+    require(isinstance(reply.body, dict), "the body is not a JSON object")
+    body: Json = reply.body
+    return body
+
+
+def check_error(reply: Reply, status: int, naming: str | None = None) -> None:
+    """An error in OpenAI's shape: ``status``, ``{"error": {"message": ...}}``, and the
+    message (or ``param``) names ``naming``."""
+    require(reply.status == status, f"HTTP {reply.status}, not {status}")
+    require(isinstance(reply.body, dict), "the error body is not a JSON object")
+    error = get(reply.body, "error")
+    require(isinstance(error, dict), "no error object in the body")
+    message = get(error, "message")
+    require(isinstance(message, str) and bool(message), "the error has no message")
+    if naming is not None:
+        named = naming in message or get(error, "param") == naming
+        require(named, f"the error does not name {naming!r}: {message[:200]}")
+
+
+def check_usage(usage: Any) -> Json:
+    """``prompt_tokens``, ``completion_tokens`` and ``total_tokens`` that add up."""
+    require(isinstance(usage, dict), "no usage object")
+    counts = [usage.get(k) for k in ("prompt_tokens", "completion_tokens", "total_tokens")]
+    require(all(isinstance(n, int) and n >= 0 for n in counts), f"usage counts: {usage}")
+    adds_up = usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    require(adds_up, f"usage does not add up: {usage}")
+    checked: Json = usage
+    return checked
+
+
+def check_completion(body: Json, *, n: int = 1) -> list[Json]:
+    """A ``chat.completion``: id, created, model, ``n`` choices indexed 0..n-1, each an
+    assistant message with a known finish reason, and usage; returns the choices."""
+    require(get(body, "object") == "chat.completion", f"object is {body.get('object')!r}")
+    require(isinstance(get(body, "id"), str) and bool(body["id"]), "no id")
+    require(isinstance(get(body, "created"), int), "no created time")
+    require(isinstance(get(body, "model"), str), "no model")
+    choices = get(body, "choices")
+    require(isinstance(choices, list), "no choices list")
+    require(len(choices) == n, f"{len(choices)} choices, not {n}")
+    require(sorted(get(c, "index") for c in choices) == list(range(n)), "choice indexes")
+    for choice in choices:
+        message = get(choice, "message")
+        require(isinstance(message, dict), "a choice has no message")
+        require(get(message, "role") == "assistant", f"role is {message.get('role')!r}")
+        content = get(message, "content")
+        require(content is None or isinstance(content, str), "content is not text")
+        finish = get(choice, "finish_reason")
+        require(finish in FINISH_REASONS, f"finish_reason is {finish!r}")
+    check_usage(get(body, "usage"))
+    return sorted(choices, key=lambda c: int(c["index"]))
+
+
+def content_of(body: Json, index: int = 0) -> str:
+    """The text of choice ``index`` of a checked ``chat.completion``."""
+    content = check_completion(body, n=len(body["choices"]))[index]["message"]["content"]
+    require(isinstance(content, str), "the message has no content")
+    text: str = content
+    return text
+
+
+@dataclass
+class ToolCallDeltas:
+    """One tool call put together from its stream deltas."""
+
+    id: str | None = None
+    type: str | None = None
+    name: str = ""
+    arguments: str = ""
+
+
+@dataclass
+class Streamed:
+    """What a checked chat stream carried, per choice index."""
+
+    texts: dict[int, str] = field(default_factory=dict)
+    finish: dict[int, str] = field(default_factory=dict)
+    roles: dict[int, str] = field(default_factory=dict)
+    logprobs: dict[int, list[Json]] = field(default_factory=dict)
+    tool_calls: dict[int, dict[int, ToolCallDeltas]] = field(default_factory=dict)
+    usage: Json | None = None
+
+
+def read_stream(reply: Reply, *, n: int = 1, text_completion: bool = False) -> Streamed:
+    """Check a stream's shape and put it together: a 200 that ends with ``[DONE]``,
+    every chunk a ``chat.completion.chunk`` (``text_completion`` for /v1/completions)
+    with one id, each of the ``n`` choice indexes given exactly one finish reason (the
+    last chunk of its index), and at most one usage chunk (``choices: []``) at the end."""
+    if reply.status != 200:
+        raise ProbeFailed(f"HTTP {reply.status}: {error_message(reply)}")
+    require(reply.done, "the stream did not end with [DONE]")
+    require(bool(reply.chunks), "the stream carried no chunks")
+    wanted = "text_completion" if text_completion else "chat.completion.chunk"
+    ids = {get(chunk, "id") for chunk in reply.chunks}
+    require(len(ids) == 1 and isinstance(next(iter(ids)), str), f"chunk ids: {ids}")
+    out = Streamed()
+    for position, chunk in enumerate(reply.chunks):
+        require("error" not in chunk, f"an error chunk: {chunk.get('error')}")
+        require(get(chunk, "object") == wanted, f"object is {chunk.get('object')!r}")
+        choices = get(chunk, "choices")
+        require(isinstance(choices, list), "a chunk has no choices list")
+        if get(chunk, "usage") is not None:
+            require(choices == [], "usage rides a chunk that has choices")
+            require(position == len(reply.chunks) - 1, "the usage chunk is not the last")
+            out.usage = check_usage(chunk["usage"])
+        for choice in choices:
+            _read_choice(choice, out, text_completion=text_completion)
+    require(sorted(out.texts) == list(range(n)), f"choice indexes {sorted(out.texts)}, not {n}")
+    require(sorted(out.finish) == list(range(n)), "a choice never got a finish_reason")
+    return out
+
+
+def _read_choice(choice: Json, out: Streamed, *, text_completion: bool) -> None:
+    index = get(choice, "index")
+    require(isinstance(index, int), "a chunk's choice has no index")
+    require(index not in out.finish, f"choice {index} went on after its finish_reason")
+    out.texts.setdefault(index, "")
+    if text_completion:
+        text = get(choice, "text")
+        require(isinstance(text, str), "a text_completion chunk has no text")
+        out.texts[index] += text
+    else:
+        delta = get(choice, "delta")
+        require(isinstance(delta, dict), "a chunk's choice has no delta")
+        if get(delta, "role") is not None:
+            require(delta["role"] == "assistant", f"delta role {delta['role']!r}")
+            require(index not in out.roles, "the role came twice")
+            out.roles[index] = delta["role"]
+        content = get(delta, "content")
+        require(content is None or isinstance(content, str), "delta content is not text")
+        out.texts[index] += content or ""
+        for call in get(delta, "tool_calls") or []:
+            _read_tool_call(call, out.tool_calls.setdefault(index, {}))
+    logprobs = get(choice, "logprobs")
+    if isinstance(logprobs, dict) and isinstance(get(logprobs, "content"), list):
+        out.logprobs.setdefault(index, []).extend(logprobs["content"])
+    finish = get(choice, "finish_reason")
+    if finish is not None:
+        require(finish in FINISH_REASONS, f"finish_reason is {finish!r}")
+        out.finish[index] = finish
+
+
+def _read_tool_call(call: Json, calls: dict[int, ToolCallDeltas]) -> None:
+    position = get(call, "index")
+    require(isinstance(position, int), "a tool call delta has no index")
+    built = calls.setdefault(position, ToolCallDeltas())
+    if get(call, "id"):
+        require(built.id is None or built.id == call["id"], "a tool call's id changed")
+        built.id = call["id"]
+    if get(call, "type"):
+        built.type = call["type"]
+    function = get(call, "function") or {}
+    built.name += get(function, "name") or ""
+    built.arguments += get(function, "arguments") or ""
+
+
+def check_logprobs(tokens: Any, text: str, *, top: int, completion_tokens: int | None) -> None:
+    """``logprobs.content``: one entry a generated token (when ``completion_tokens`` is
+    known), the tokens spelling ``text``, each with a log probability <= 0 and ``top``
+    alternatives, greedy, so the first alternative is the token taken."""
+    require(isinstance(tokens, list) and bool(tokens), "no logprobs.content")
+    if completion_tokens is not None:
+        counted = len(tokens) == completion_tokens
+        require(counted, f"{len(tokens)} logprobs for {completion_tokens} tokens")
+    require("".join(t.get("token", "") for t in tokens) == text, "tokens do not spell the text")
+    for token in tokens:
+        logprob = get(token, "logprob")
+        require(isinstance(logprob, int | float) and logprob <= 0, f"logprob {logprob!r}")
+        alternatives = get(token, "top_logprobs")
+        require(isinstance(alternatives, list), "no top_logprobs list")
+        require(len(alternatives) == top, f"{len(alternatives)} top_logprobs, not {top}")
+        # Greedy: the likeliest alternative is the token taken.
+        if top:
+            taken = get(alternatives[0], "token") == token["token"]
+            require(taken, f"greedy, yet {token['token']!r} is not the likeliest")
+
+
+def check_tool_call(call: Json, names: set[str]) -> Json:
+    """A message's tool call: an id, type ``function``, one of ``names``, and arguments
+    that parse to an object; returns the arguments."""
+    require(isinstance(get(call, "id"), str) and bool(call["id"]), "a tool call has no id")
+    require(get(call, "type") == "function", f"tool call type {call.get('type')!r}")
+    function = get(call, "function")
+    require(isinstance(function, dict), "a tool call has no function")
+    require(get(function, "name") in names, f"tool call names {function.get('name')!r}")
+    return parsed_object(get(function, "arguments"), "the tool call's arguments")
+
+
+def parsed_object(text: Any, what: str) -> Json:
+    """``text`` parsed as a JSON object."""
+    require(isinstance(text, str), f"{what} are not text")
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ProbeFailed(f"{what} are not JSON: {text[:120]!r}") from exc
+    require(isinstance(value, dict), f"{what} are not a JSON object")
+    result: Json = value
+    return result
+
+
+def repeats(text: str) -> int:
+    """Words of ``text`` that repeat an earlier one."""
+    words = text.lower().replace(",", " ").replace(".", " ").split()
+    return len(words) - len(set(words))
+
+
+class Api:
+    """An OpenAI-compatible server: ``client`` has its base URL and key; ``model`` is the
+    name every request sends. Greedy answers are kept, so probes that compare against
+    the same one ask for it once."""
+
+    def __init__(self, client: httpx.Client, model: str) -> None:
+        self.client = client
+        self.model = model
+        self._greedy: dict[str, Json] = {}
+
+    def get(self, path: str) -> Reply:
+        response = self.client.get(path)
+        return _reply(response.status_code, response.text)
+
+    def post(self, path: str, body: Json) -> Reply:
+        response = self.client.post(path, json=body)
+        return _reply(response.status_code, response.text)
+
+    def stream(self, path: str, body: Json) -> Reply:
+        """POST ``body`` with ``stream: true``; read its server-sent events to the end."""
+        with self.client.stream("POST", path, json={**body, "stream": True}) as response:
+            if response.status_code != 200:
+                return _reply(response.status_code, response.read().decode(errors="replace"))
+            return parse_events(response.status_code, response.iter_lines())
+
+    def chat_body(self, fields: Json) -> Json:
+        """A chat request: the counting question, 24 greedy tokens, then ``fields``."""
+        return {
+            "model": self.model,
+            "messages": COUNT,
+            "max_tokens": 24,
+            "temperature": 0,
+            **fields,
+        }
+
+    def chat(self, **fields: Any) -> Json:
+        """A plain chat completion's body (a non-200 fails the probe)."""
+        return expect_ok(self.post("/v1/chat/completions", self.chat_body(fields)))
+
+    def chat_stream(self, *, n: int = 1, **fields: Any) -> Streamed:
+        """A streamed chat completion, checked and put together."""
+        return read_stream(self.stream("/v1/chat/completions", self.chat_body(fields)), n=n)
+
+    def greedy(self, **fields: Any) -> Json:
+        """:meth:`chat`, asked once per distinct ``fields``."""
+        return self.remember(json.dumps(fields, sort_keys=True), lambda: self.chat(**fields))
+
+    def remember(self, key: str, fetch: Callable[[], Json]) -> Json:
+        """``fetch()``'s answer, fetched once per ``key``; a failed fetch is not kept."""
+        if key not in self._greedy:
+            self._greedy[key] = fetch()
+        return self._greedy[key]
+
+
+def _reply(status: int, text: str) -> Reply:
+    try:
+        body = json.loads(text)
+    except ValueError:
+        body = None
+    return Reply(status, body, text=text)
+
+
+def parse_events(status: int, lines: Any) -> Reply:
+    """A stream's ``data:`` lines as chunks (other SSE fields are skipped); ``done`` once
+    ``data: [DONE]`` came (anything after it is ignored)."""
+    chunks: list[Json] = []
+    for line in lines:
+        if not line.startswith("data:"):
+            continue
+        data = line.removeprefix("data:").strip()
+        if data == "[DONE]":
+            return Reply(status, chunks=tuple(chunks), done=True)
+        chunks.append(json.loads(data))
+    return Reply(status, chunks=tuple(chunks), done=False)
+
+
+# --- the probes ------------------------------------------------------------------------
+
+
+def probe_models(api: Api) -> None:
+    body = expect_ok(api.get("/v1/models"))
+    require(get(body, "object") == "list", f"object is {body.get('object')!r}")
+    data = get(body, "data")
+    require(isinstance(data, list), "no data list")
+    entries = [m for m in data if isinstance(m, dict) and get(m, "id") == api.model]
+    require(len(entries) == 1, f"{api.model!r} is not listed once")
+    require(get(entries[0], "object") == "model", "the entry's object is not 'model'")
+
+
+def probe_chat(api: Api) -> None:
+    body = api.greedy()
+    require(bool(content_of(body)), "an empty answer")
+    require(body["usage"]["completion_tokens"] > 0, "no completion tokens")
+
+
+def probe_chat_stream(api: Api) -> None:
+    streamed = api.chat_stream()
+    require(streamed.roles.get(0) == "assistant", "no delta gave the role")
+    require(streamed.texts[0] == content_of(api.greedy()), "streamed text differs from plain")
+    require(streamed.usage is None, "a usage chunk nobody asked for")
+
+
+def probe_stream_usage(api: Api) -> None:
+    usage = api.chat_stream(max_tokens=8, stream_options={"include_usage": True}).usage
+    if usage is None:
+        raise ProbeFailed("no usage chunk at the end")
+    require(0 < usage["completion_tokens"] <= 8, f"usage {usage}")
+
+
+def _length_cut(api: Api, field_name: str) -> None:
+    request = api.chat_body({field_name: 3})
+    if field_name != "max_tokens":
+        del request["max_tokens"]
+    body = expect_ok(api.post("/v1/chat/completions", request))
+    [choice] = check_completion(body)
+    require(choice["finish_reason"] == "length", f"finish_reason {choice['finish_reason']!r}")
+    tokens = body["usage"]["completion_tokens"]
+    require(tokens == 3, f"{tokens} tokens, not 3")
+
+
+def probe_max_tokens(api: Api) -> None:
+    _length_cut(api, "max_tokens")
+
+
+def probe_max_completion_tokens(api: Api) -> None:
+    _length_cut(api, "max_completion_tokens")
+
+
+def _stop_word(api: Api) -> tuple[str, str]:
+    """A word from the middle of the free greedy answer, and the text before it."""
+    free = content_of(api.greedy())
+    words = free.split()
+    require(len(words) >= 4, f"the free answer is too short to cut: {free!r}")
+    stop = words[len(words) // 2]
+    return stop, free[: free.index(stop)]
+
+
+def _check_stopped(text: str, finish: str, before: str) -> None:
+    require(text == before, f"answer {text!r}, not {before!r}")
+    require(finish == "stop", f"finish_reason {finish!r}")
+
+
+def probe_stop_string(api: Api) -> None:
+    stop, before = _stop_word(api)
+    [choice] = check_completion(api.chat(stop=stop))
+    _check_stopped(choice["message"]["content"], choice["finish_reason"], before)
+
+
+def probe_stop_list(api: Api) -> None:
+    stop, before = _stop_word(api)
+    [choice] = check_completion(api.chat(stop=["no such text", stop]))
+    _check_stopped(choice["message"]["content"], choice["finish_reason"], before)
+
+
+def probe_stop_streamed(api: Api) -> None:
+    stop, before = _stop_word(api)
+    streamed = api.chat_stream(stop=[stop])
+    _check_stopped(streamed.texts[0], streamed.finish[0], before)
+
+
+def probe_seed(api: Api) -> None:
+    first = content_of(api.chat(temperature=1.0, seed=11, max_tokens=16))
+    again = content_of(api.chat(temperature=1.0, seed=11, max_tokens=16))
+    require(bool(first), "an empty answer")
+    require(first == again, f"the same seed gave {first!r} and {again!r}")
+
+
+def _fewer_repeats(api: Api, **penalty: Any) -> None:
+    free = content_of(api.greedy(messages=REPEAT, max_tokens=32))
+    require(repeats(free) >= 4, f"the free answer does not repeat itself: {free!r}")
+    penalised = content_of(api.chat(messages=REPEAT, max_tokens=32, **penalty))
+    require(repeats(penalised) < repeats(free), f"as repetitive with {penalty}: {penalised!r}")
+
+
+def probe_penalties(api: Api) -> None:
+    _fewer_repeats(api, presence_penalty=2.0, frequency_penalty=2.0)
+
+
+def probe_repetition_penalty(api: Api) -> None:
+    _fewer_repeats(api, repetition_penalty=2.0)
+
+
+def probe_top_k(api: Api) -> None:
+    # top_k 1 keeps the likeliest token alone: any temperature gives the greedy answer.
+    sampled = content_of(api.chat(temperature=1.5, top_k=1))
+    require(sampled == content_of(api.greedy()), f"top_k=1 sampled {sampled!r}")
+
+
+def probe_min_p(api: Api) -> None:
+    # min_p 1 keeps only tokens as likely as the likeliest: the greedy answer again.
+    sampled = content_of(api.chat(temperature=1.5, min_p=1.0))
+    require(sampled == content_of(api.greedy()), f"min_p=1 sampled {sampled!r}")
+
+
+def probe_min_tokens(api: Api) -> None:
+    free = api.greedy(messages=SHORT, max_tokens=48)
+    [choice] = check_completion(free)
+    require(choice["finish_reason"] == "stop", "the free answer did not end by itself")
+    wanted = free["usage"]["completion_tokens"] + 4
+    held = api.chat(messages=SHORT, max_tokens=wanted + 8, min_tokens=wanted)
+    check_completion(held)
+    tokens = held["usage"]["completion_tokens"]
+    require(tokens >= wanted, f"{tokens} tokens, min_tokens {wanted}")
+
+
+def probe_json_object(api: Api) -> None:
+    body = api.chat(messages=CAPITAL, max_tokens=64, response_format={"type": "json_object"})
+    [choice] = check_completion(body)
+    require(choice["finish_reason"] == "stop", f"finish_reason {choice['finish_reason']!r}")
+    parsed_object(choice["message"]["content"], "the answer's contents")
+
+
+def _capital_format() -> Json:
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": "capital", "schema": CAPITAL_SCHEMA, "strict": True},
+    }
+
+
+def _check_capital(text: str) -> None:
+    answer = parsed_object(text, "the answer's contents")
+    require(set(answer) == {"capital"}, f"keys {sorted(answer)}, not ['capital']")
+    require(answer["capital"] in {"Rome", "Milan", "Paris"}, f"capital {answer['capital']!r}")
+
+
+def probe_json_schema(api: Api) -> None:
+    body = api.greedy(messages=CAPITAL, max_tokens=32, response_format=_capital_format())
+    [choice] = check_completion(body)
+    require(choice["finish_reason"] == "stop", f"finish_reason {choice['finish_reason']!r}")
+    _check_capital(choice["message"]["content"])
+
+
+def probe_json_schema_streamed(api: Api) -> None:
+    streamed = api.chat_stream(messages=CAPITAL, max_tokens=32, response_format=_capital_format())
+    _check_capital(streamed.texts[0])
+    plain = api.greedy(messages=CAPITAL, max_tokens=32, response_format=_capital_format())
+    require(streamed.texts[0] == content_of(plain), "streamed text differs from plain")
+
+
+def probe_choice(api: Api) -> None:
+    body = api.chat(
+        messages=[{"role": "user", "content": "Is Rome in Italy?"}],
+        max_tokens=8,
+        structured_outputs={"choice": ["yes", "no"]},
+    )
+    require(content_of(body) in {"yes", "no"}, f"answer {content_of(body)!r}")
+
+
+def probe_regex(api: Api) -> None:
+    body = api.chat(
+        messages=[{"role": "user", "content": "Give me a phone number."}],
+        max_tokens=16,
+        structured_outputs={"regex": PHONE},
+    )
+    require(re.fullmatch(PHONE, content_of(body)) is not None, f"answer {content_of(body)!r}")
+
+
+def probe_logprobs(api: Api) -> None:
+    body = api.chat(max_tokens=8, logprobs=True, top_logprobs=3)
+    [choice] = check_completion(body)
+    logprobs = get(choice, "logprobs")
+    require(isinstance(logprobs, dict), "no logprobs object")
+    check_logprobs(
+        get(logprobs, "content"),
+        choice["message"]["content"],
+        top=3,
+        completion_tokens=body["usage"]["completion_tokens"],
+    )
+
+
+def probe_logprobs_streamed(api: Api) -> None:
+    streamed = api.chat_stream(max_tokens=8, logprobs=True, top_logprobs=2)
+    check_logprobs(streamed.logprobs.get(0), streamed.texts[0], top=2, completion_tokens=None)
+
+
+def probe_n(api: Api) -> None:
+    body = api.chat(n=2, temperature=1.0, max_tokens=8)
+    choices = check_completion(body, n=2)
+    for choice in choices:
+        require(bool(choice["message"]["content"]), f"choice {choice['index']} is empty")
+
+
+def probe_n_streamed(api: Api) -> None:
+    streamed = api.chat_stream(n=2, temperature=1.0, max_tokens=8)
+    require(all(streamed.texts[i] for i in (0, 1)), "a streamed choice is empty")
+
+
+def _named_choice() -> Json:
+    return {"type": "function", "function": {"name": "get_weather"}}
+
+
+def probe_tools_named(api: Api) -> None:
+    body = api.chat(
+        messages=WEATHER_QUESTION,
+        max_tokens=40,
+        tools=[WEATHER_TOOL, TIME_TOOL],
+        tool_choice=_named_choice(),
+    )
+    [choice] = check_completion(body)
+    # OpenAI ends a call the request named with "stop", one the model chose with
+    # "tool_calls"; either is a finished call.
+    finish = choice["finish_reason"]
+    require(finish in {"stop", "tool_calls"}, f"finish_reason {finish!r}")
+    calls = get(choice["message"], "tool_calls")
+    require(isinstance(calls, list) and len(calls) == 1, f"tool_calls {calls!r}")
+    arguments = check_tool_call(calls[0], {"get_weather"})
+    require(get(arguments, "city") in {"Paris", "Rome", "Berlin"}, f"arguments {arguments}")
+
+
+def probe_tools_required(api: Api) -> None:
+    body = api.chat(
+        messages=WEATHER_QUESTION,
+        max_tokens=64,
+        tools=[WEATHER_TOOL, TIME_TOOL],
+        tool_choice="required",
+    )
+    [choice] = check_completion(body)
+    require(choice["finish_reason"] == "tool_calls", f"finish_reason {choice['finish_reason']!r}")
+    calls = get(choice["message"], "tool_calls")
+    require(isinstance(calls, list) and bool(calls), f"tool_calls {calls!r}")
+    for call in calls:
+        check_tool_call(call, {"get_weather", "get_time"})
+
+
+def probe_tools_streamed(api: Api) -> None:
+    streamed = api.chat_stream(
+        messages=WEATHER_QUESTION,
+        max_tokens=40,
+        tools=[WEATHER_TOOL],
+        tool_choice=_named_choice(),
+    )
+    calls = streamed.tool_calls.get(0, {})
+    require(sorted(calls) == [0], f"streamed tool call indexes {sorted(calls)}")
+    call = calls[0]
+    require(bool(call.id), "the streamed tool call has no id")
+    require(call.name == "get_weather", f"streamed tool call names {call.name!r}")
+    arguments = parsed_object(call.arguments, "the streamed arguments")
+    require(get(arguments, "city") in {"Paris", "Rome", "Berlin"}, f"arguments {arguments}")
+
+
+def _text_body(api: Api) -> Json:
+    return {"model": api.model, "prompt": TEXT_PROMPT, "max_tokens": 6, "temperature": 0}
+
+
+def check_text_completion(body: Json) -> str:
+    """A ``text_completion`` with one choice of text; returns the text."""
+    require(get(body, "object") == "text_completion", f"object is {body.get('object')!r}")
+    require(isinstance(get(body, "id"), str) and bool(body["id"]), "no id")
+    require(isinstance(get(body, "created"), int), "no created time")
+    require(isinstance(get(body, "model"), str), "no model")
+    choices = get(body, "choices")
+    require(isinstance(choices, list) and len(choices) == 1, "not one choice")
+    [choice] = choices
+    require(get(choice, "index") == 0, "the choice's index is not 0")
+    require(get(choice, "finish_reason") in FINISH_REASONS, "no known finish_reason")
+    text = get(choice, "text")
+    require(isinstance(text, str) and bool(text), "no text")
+    check_usage(get(body, "usage"))
+    result: str = text
+    return result
+
+
+def _text_completion(api: Api) -> Json:
+    return api.remember(
+        "/v1/completions", lambda: expect_ok(api.post("/v1/completions", _text_body(api)))
+    )
+
+
+def probe_completions(api: Api) -> None:
+    body = _text_completion(api)
+    check_text_completion(body)
+    require(0 < body["usage"]["completion_tokens"] <= 6, f"usage {body['usage']}")
+
+
+def probe_completions_streamed(api: Api) -> None:
+    reply = api.stream("/v1/completions", _text_body(api))
+    streamed = read_stream(reply, text_completion=True)
+    plain = check_text_completion(_text_completion(api))
+    require(streamed.texts[0] == plain, f"streamed {streamed.texts[0]!r}, plain {plain!r}")
+
+
+def probe_unknown_field(api: Api) -> None:
+    reply = api.post("/v1/chat/completions", api.chat_body({UNKNOWN_FIELD: 3, "max_tokens": 2}))
+    check_error(reply, 400, UNKNOWN_FIELD)
+
+
+def probe_unknown_model(api: Api) -> None:
+    body = api.chat_body({"model": "no-such-model", "max_tokens": 2})
+    check_error(api.post("/v1/chat/completions", body), 404)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One feature, and the function that tries it."""
+
+    name: str
+    feature: str
+    run: Callable[[Api], None]
+
+
+PROBES: tuple[Probe, ...] = (
+    Probe("models", "GET /v1/models lists the model", probe_models),
+    Probe("chat", "chat completion: shape, text, usage", probe_chat),
+    Probe("chat_stream", "streamed chat: chunks, role, [DONE], same text", probe_chat_stream),
+    Probe("stream_usage", "stream_options.include_usage: a last usage chunk", probe_stream_usage),
+    Probe("max_tokens", "max_tokens cuts with finish_reason length", probe_max_tokens),
+    Probe(
+        "max_completion_tokens",
+        "max_completion_tokens cuts like max_tokens",
+        probe_max_completion_tokens,
+    ),
+    Probe("stop_string", "stop: a string ends the answer before it", probe_stop_string),
+    Probe("stop_list", "stop: a list, the first one met", probe_stop_list),
+    Probe("stop_streamed", "stop in a stream", probe_stop_streamed),
+    Probe("seed", "seed: the same sampled answer twice", probe_seed),
+    Probe("penalties", "presence and frequency penalties repeat less", probe_penalties),
+    Probe("repetition_penalty", "vLLM's repetition_penalty repeats less", probe_repetition_penalty),
+    Probe("top_k", "vLLM's top_k (1: the greedy answer)", probe_top_k),
+    Probe("min_p", "vLLM's min_p (1: the greedy answer)", probe_min_p),
+    Probe("min_tokens", "vLLM's min_tokens holds off the end", probe_min_tokens),
+    Probe("json_object", "response_format json_object parses", probe_json_object),
+    Probe("json_schema", "response_format json_schema follows it", probe_json_schema),
+    Probe("json_schema_stream", "json_schema streamed, same text", probe_json_schema_streamed),
+    Probe("choice", "structured_outputs choice", probe_choice),
+    Probe("regex", "structured_outputs regex", probe_regex),
+    Probe("logprobs", "logprobs with top_logprobs", probe_logprobs),
+    Probe("logprobs_stream", "logprobs in stream chunks", probe_logprobs_streamed),
+    Probe("n", "n=2: two choices", probe_n),
+    Probe("n_stream", "n=2 streamed: both indexes", probe_n_streamed),
+    Probe("tools_named", "tools, tool_choice naming a function", probe_tools_named),
+    Probe("tools_required", "tools, tool_choice required", probe_tools_required),
+    Probe("tools_stream", "tool call deltas in a stream", probe_tools_streamed),
+    Probe("completions", "POST /v1/completions", probe_completions),
+    Probe("completions_stream", "POST /v1/completions streamed", probe_completions_streamed),
+    Probe("unknown_field", "an unknown field is a 400 naming it", probe_unknown_field),
+    Probe(
+        "unknown_model", "an unknown model is a 404 in OpenAI's error shape", probe_unknown_model
+    ),
+)
+
+# A reply of the wrong shape can fail a check in any of these ways before a probe's own
+# require() sees it (a missing key, a None where a dict was due).
+_SHAPE_ERRORS = (KeyError, TypeError, ValueError, IndexError, AttributeError)
+
+
+def run_probe(probe: Probe, api: Api) -> Json:
+    """``{"passed": bool, "detail": str}``: why it failed, or "" when it passed."""
+    try:
+        probe.run(api)
+    except ProbeFailed as exc:
+        return {"passed": False, "detail": str(exc)[:300]}
+    except _SHAPE_ERRORS as exc:
+        return {"passed": False, "detail": f"{type(exc).__name__}: {exc}"[:300]}
+    except httpx.HTTPError as exc:
+        return {"passed": False, "detail": f"HTTP error: {exc}"[:300]}
+    return {"passed": True, "detail": ""}
