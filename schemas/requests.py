@@ -75,6 +75,12 @@ class GenerationRequest(BaseModel):
         description="the caller's own id for its end user (OpenAI's user); stored, "
         "not used to generate",
     )
+    raw_prompt: bool = Field(
+        default=False,
+        exclude_if=lambda value: not value,
+        description="the one user message is a text prompt for the model to continue, "
+        "encoded as it is, without the chat template (OpenAI's legacy completions)",
+    )
 
     @field_validator("stop")
     @classmethod
@@ -108,6 +114,10 @@ class GenerationRequest(BaseModel):
     def _has_user_turn(self) -> GenerationRequest:
         if not any(message.role == "user" for message in self.messages):
             raise ValueError("messages must contain at least one user message")
+        if self.raw_prompt and (len(self.messages) != 1 or self.system_prompt is not None):
+            # The model continues the prompt's text itself: there is no template to put
+            # turns or a system prompt in.
+            raise ValueError("a raw prompt is one user message, without a system_prompt")
         if self.sampling is not None and self.sampling.min_tokens > self.max_tokens:
             raise ValueError(
                 f"sampling.min_tokens ({self.sampling.min_tokens}) must not exceed "
@@ -119,6 +129,14 @@ class GenerationRequest(BaseModel):
     def from_text(cls, text: str, **fields: object) -> GenerationRequest:
         """Build a one-turn request from plain text."""
         return cls.model_validate({"messages": [{"role": "user", "content": text}], **fields})
+
+    @classmethod
+    def from_prompt(cls, prompt: str, **fields: object) -> GenerationRequest:
+        """Build a text completion request: ``prompt`` is continued as it is, without
+        the chat template."""
+        return cls.model_validate(
+            {"messages": [{"role": "user", "content": prompt}], "raw_prompt": True, **fields}
+        )
 
 
 class EnqueueOptions(BaseModel):

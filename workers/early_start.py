@@ -22,7 +22,7 @@ from schemas.queues import Priority
 from schemas.requests import GenerationRequest
 from workers.engine.base import DeltaStream
 from workers.first_tokens import FirstTokenTicket, handing_over
-from workers.job_input import chat_messages, check_context, parse_request, sampling_options
+from workers.job_input import check_context, parse_request, prompt_ids, sampling_options
 from workers.jobs import ClaimedJob
 from workers.running_jobs import RunningJob
 from workers.worker_runtime import WorkerRuntime
@@ -78,20 +78,20 @@ def start_early(runtime: WorkerRuntime, job_id: str, hint: JobHint | None) -> Ea
     started_at = time.monotonic()
     try:
         request = parse_request(hint.request)
-        prompt_ids = runtime.engine.render_chat(chat_messages(request, runtime))
-        check_context(len(prompt_ids), request.max_tokens, runtime)
+        prompt = prompt_ids(request, runtime)
+        check_context(len(prompt), request.max_tokens, runtime)
     except LlmqError:
         return None
     running = RunningJob()
     ticket = runtime.first_tokens.take() if hint.priority == Priority.INTERACTIVE else None
     with handing_over(ticket):
         deltas = runtime.engine.stream(
-            prompt_ids,
+            prompt,
             sampling_options(request, hint.priority),
             f"{job_id}-early{next(_EARLY_IDS)}",
             stop=running.stop,
         )
-    return EarlyStart(hint, request, prompt_ids, running, deltas, started_at, ticket)
+    return EarlyStart(hint, request, prompt, running, deltas, started_at, ticket)
 
 
 def start_on_receipt(runtime: WorkerRuntime, job_id: str, hint: JobHint) -> None:

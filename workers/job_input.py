@@ -36,6 +36,14 @@ def chat_messages(request: GenerationRequest, runtime: WorkerRuntime) -> list[di
     return [{"role": "system", "content": prompt.text}, *messages]
 
 
+def prompt_ids(request: GenerationRequest, runtime: WorkerRuntime) -> list[int]:
+    """The prompt's token ids: the conversation in the model's chat format, or a raw
+    prompt's text as it is (text completions)."""
+    if request.raw_prompt:
+        return runtime.engine.render_prompt(request.messages[0].content)
+    return runtime.engine.render_chat(chat_messages(request, runtime))
+
+
 def check_context(prompt_tokens: int, max_tokens: int, runtime: WorkerRuntime) -> None:
     """Raises ``PromptTooLong`` when prompt and answer cannot fit the tier's context."""
     context = runtime.engine.max_model_len

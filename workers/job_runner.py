@@ -23,7 +23,7 @@ from workers.conversations import in_conversation
 from workers.early_start import EarlyStart, JobHint, start_early
 from workers.engine.base import DeltaStream
 from workers.first_tokens import Ticket, handing_over
-from workers.job_input import chat_messages, check_context, parse_request, sampling_options
+from workers.job_input import check_context, parse_request, prompt_ids, sampling_options
 from workers.jobs import (
     ClaimedJob,
     claim_job,
@@ -317,11 +317,11 @@ def _start(
             "the worker was lost mid-answer and a structured answer cannot go on from "
             "part of it; send the request again"
         )
-    prompt_ids = runtime.engine.render_chat(chat_messages(request, runtime))
+    prompt = prompt_ids(request, runtime)
     resumed_ids = runtime.engine.encode(resumed_text) if resumed_text else []
-    check_context(len(prompt_ids), request.max_tokens, runtime)
+    check_context(len(prompt), request.max_tokens, runtime)
     if len(resumed_ids) >= request.max_tokens:
-        return _Started(request, prompt_ids, None, started_at, len(resumed_ids))
+        return _Started(request, prompt, None, started_at, len(resumed_ids))
     ticket: Ticket
     if claimed.priority == Priority.INTERACTIVE:
         ticket = runtime.first_tokens.take()
@@ -333,12 +333,12 @@ def _start(
         started_at += time.monotonic() - waited_from
     with handing_over(ticket):
         deltas = runtime.engine.stream(
-            prompt_ids + resumed_ids,
+            prompt + resumed_ids,
             sampling_options(request, claimed.priority, done_tokens=len(resumed_ids)),
             f"{claimed.id}-{claimed.attempt}",
             stop=running.stop,
         )
-    return _Started(request, prompt_ids, deltas, started_at, len(resumed_ids), ticket)
+    return _Started(request, prompt, deltas, started_at, len(resumed_ids), ticket)
 
 
 def _fail(

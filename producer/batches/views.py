@@ -10,6 +10,7 @@ from producer.gateway.openai_models import completion
 from schemas.events import Timings, Usage
 from schemas.jobs import JobStatus
 from schemas.tables import Batch, BatchFile, Job, as_utc
+from schemas.tools import stored_tool_use
 
 
 def epoch(moment: datetime | None) -> int | None:
@@ -75,6 +76,7 @@ def output_line(job: Job) -> str:
             total_ms=job.total_ms or 0.0,
         ),
         tier=job.tier,
+        tool_use=stored_tool_use(job.request or {}),
     )
     body["created"] = epoch(job.finished_at) or body["created"]
     line = {

@@ -22,6 +22,12 @@ from prometheus_client import generate_latest
 from producer.aio import AsyncClient, AsyncJobHandle
 from producer.gateway import openai_models as oai
 from producer.gateway.batches import FILES_PATH, add_batch_api
+from producer.gateway.completions import (
+    CompletionRequest,
+    completion_sse_events,
+    legacy_logprobs,
+    text_completion,
+)
 from producer.gateway.conversations import add_conversation_routes, conversation_of
 from producer.gateway.errors import (
     BAD_REQUEST,
@@ -223,38 +229,14 @@ class Gateway:
     ) -> JSONResponse | StreamingResponse:
         started = time.perf_counter()
         identity = await self.identify(request)
-        if body.model not in MODELS and body.model not in self.settings.tiers:
-            served = [*MODELS, *(str(v) for v in self.settings.variants)]
-            raise GatewayError(
-                f"unknown model {body.model!r}; use one of {', '.join(served)}", MODEL_NOT_FOUND
-            )
+        self._check_model(body.model)
         body.check_bounds(
             max_messages=self.settings.max_messages,
             max_message_chars=self.settings.max_message_chars,
         )
-        resume = resume_point(request.headers.get("last-event-id"))
-        release = None
-        if body.stream and identity is not None:
-            release = await self.fairness.open_stream(identity.id)
-        try:
-            if resume is not None:
-                row = await self.owned_job(resume[0], identity)
-                handle = AsyncJobHandle(
-                    self.client,
-                    row.id,
-                    Tier(row.tier),
-                    Priority(row.priority),
-                    routed_tier=routed_tier_of(row),
-                )
-            elif identity is not None:
-                async with self.fairness.submitting(identity.id):
-                    handle = await self._submit(body, request, identity)
-            else:
-                handle = await self._submit(body, request, identity)
-        except BaseException:
-            if release is not None:
-                await release()
-            raise
+        handle, release, resume = await self._open_job(
+            request, identity, stream=body.stream, submit=partial(self._submit, body)
+        )
         if body.stream:
             events = sse_events(
                 handle,
@@ -287,6 +269,114 @@ class Gateway:
                 logprobs=(result.logprobs or []) if body.logprobs else None,
             ),
             headers=tier_headers(handle),
+        )
+
+    async def completions(
+        self, body: CompletionRequest, request: Request
+    ) -> JSONResponse | StreamingResponse:
+        """``POST /v1/completions``: the prompt continued as it is, without the chat
+        template; a job like a chat completion's (keys, priorities, idempotency, resume)."""
+        started = time.perf_counter()
+        identity = await self.identify(request)
+        self._check_model(body.model)
+        body.check_bounds(max_message_chars=self.settings.max_message_chars)
+        handle, release, resume = await self._open_job(
+            request, identity, stream=body.stream, submit=partial(self._submit_prompt, body)
+        )
+        if body.stream:
+            events = completion_sse_events(
+                handle,
+                model=body.model,
+                from_seq=resume[1] + 1 if resume else 0,
+                logprobs=body.logprobs,
+                include_usage=bool(body.stream_options and body.stream_options.include_usage),
+                metrics=self.metrics,
+                started=started,
+                timeout=RESULT_TIMEOUT_S,
+            )
+            return SseResponse(
+                events,
+                release=partial(_after_stream, handle, release),
+                headers=tier_headers(handle),
+            )
+        try:
+            result = await handle.result(timeout=RESULT_TIMEOUT_S)
+        finally:
+            await handle.aclose()
+        self.metrics.requests.labels(body.model, "200").inc()
+        logprobs = None
+        if body.logprobs is not None:
+            logprobs = legacy_logprobs(result.logprobs or [], top=body.logprobs)
+        return JSONResponse(
+            text_completion(
+                job_id=result.job_id,
+                model=body.model,
+                text=result.text,
+                finish_reason=result.finish_reason,
+                usage=result.usage,
+                timings=result.timings,
+                tier=result.tier.value,
+                logprobs=logprobs,
+            ),
+            headers=tier_headers(handle),
+        )
+
+    def _check_model(self, model: str) -> None:
+        """Raise a 404 ``GatewayError`` for a model llmq does not serve."""
+        if model not in MODELS and model not in self.settings.tiers:
+            served = [*MODELS, *(str(v) for v in self.settings.variants)]
+            raise GatewayError(
+                f"unknown model {model!r}; use one of {', '.join(served)}", MODEL_NOT_FOUND
+            )
+
+    async def _open_job(
+        self,
+        request: Request,
+        identity: KeyIdentity | None,
+        *,
+        stream: bool,
+        submit: Callable[[Request, KeyIdentity | None], Awaitable[AsyncJobHandle]],
+    ) -> tuple[AsyncJobHandle, Callable[[], Awaitable[None]] | None, tuple[str, int] | None]:
+        """The call's job: the one ``Last-Event-ID`` names (a resumed stream), else a new
+        one from ``submit``; with the stream slot it holds (to release) and where a
+        resumed stream goes on."""
+        resume = resume_point(request.headers.get("last-event-id"))
+        release = None
+        if stream and identity is not None:
+            release = await self.fairness.open_stream(identity.id)
+        try:
+            if resume is not None:
+                row = await self.owned_job(resume[0], identity)
+                handle = AsyncJobHandle(
+                    self.client,
+                    row.id,
+                    Tier(row.tier),
+                    Priority(row.priority),
+                    routed_tier=routed_tier_of(row),
+                )
+            elif identity is not None:
+                async with self.fairness.submitting(identity.id):
+                    handle = await submit(request, identity)
+            else:
+                handle = await submit(request, identity)
+        except BaseException:
+            if release is not None:
+                await release()
+            raise
+        return handle, release, resume
+
+    async def _submit_prompt(
+        self, body: CompletionRequest, request: Request, identity: KeyIdentity | None
+    ) -> AsyncJobHandle:
+        priority = body.priority or request.headers.get("x-priority") or "interactive"
+        return await self.client.submit(
+            body.to_llmq(),
+            tier=body.model,
+            priority=priority,
+            idempotency_key=request.headers.get("idempotency-key"),
+            owner=identity.id if identity else None,
+            require_warm_worker=priority == Priority.INTERACTIVE,
+            subscribe=True,
         )
 
     async def _submit(
@@ -368,6 +458,7 @@ def create_app(
     app.add_api_route(
         "/v1/chat/completions", gateway.chat_completions, methods=["POST"], response_model=None
     )
+    app.add_api_route("/v1/completions", gateway.completions, methods=["POST"], response_model=None)
     add_batch_api(app, gateway)
     add_conversation_routes(app, gateway)
     app.state.gateway = gateway

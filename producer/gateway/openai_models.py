@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import (
@@ -19,6 +20,7 @@ from pydantic_core import PydanticCustomError
 from schemas.errors import InvalidRequest
 from schemas.events import Timings, TokenLogprob, Usage
 from schemas.sampling import MAX_TOP_LOGPROBS
+from schemas.tools import MAX_TOOLS, NamedToolChoice, ToolCall, ToolSpec, ToolUse
 
 
 class StreamOptions(BaseModel):
@@ -101,9 +103,6 @@ class VllmStructuredOutputs(BaseModel):
 
 
 UNSERVED_FIELDS: dict[str, tuple[object, ...]] = {
-    "tools": ([],),
-    "tool_choice": ("none",),
-    "parallel_tool_calls": (True, False),  # says nothing without tools
     "functions": ([],),
     "function_call": ("none",),
     "modalities": (["text"],),
@@ -125,6 +124,9 @@ says, and caches every prompt's prefix without a key."""
 # Keys of an OpenAI message, beyond role and content, that a client echoing an earlier
 # answer back sends empty (the SDK's assistant message has them all).
 _EMPTY_MESSAGE_KEYS = ("name", "tool_calls", "tool_call_id", "function_call", "refusal", "audio")
+# The keys a message of a role may carry filled in: an assistant's calls, the id of the
+# call a tool's message answers (and its tool's name, which the id already identifies).
+_SERVED_MESSAGE_KEYS = {"assistant": ("tool_calls",), "tool": ("tool_call_id", "name")}
 
 
 class ChatCompletionRequest(BaseModel):
@@ -170,10 +172,13 @@ class ChatCompletionRequest(BaseModel):
     # Accepted, without effect (IGNORED_FIELDS).
     store: bool | None = None
     prompt_cache_key: str | None = None
+    # Tools (schemas.tools): an empty list is no tools, as some libraries send it.
+    tools: list[ToolSpec] | None = Field(default=None, max_length=MAX_TOOLS)
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = Field(
+        default=None, description="accepted either way: an answer makes at most one call"
+    )
     # Refused unless they ask for nothing (UNSERVED_FIELDS).
-    tools: Any = None
-    tool_choice: Any = None
-    parallel_tool_calls: Any = None
     functions: Any = None
     function_call: Any = None
     modalities: Any = None
@@ -222,7 +227,40 @@ class ChatCompletionRequest(BaseModel):
             raise ValueError("send response_format or structured_outputs, not both")
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs: true")
+        self._check_tools()
         return self
+
+    def _check_tools(self) -> None:
+        if not self.tools:
+            if self.tool_choice not in (None, "none"):
+                raise PydanticCustomError(
+                    "tool_choice_without_tools", "tool_choice needs tools", {}
+                )
+            return
+        use = self.tool_use()
+        if use is None:
+            return
+        try:
+            use.check()
+        except ValueError as exc:
+            raise PydanticCustomError("invalid_tools", str(exc), {}) from None
+        constrained = self.structured_outputs is not None or (
+            self.response_format is not None and self.response_format.type != "text"
+        )
+        if use.mode != "auto" and constrained:
+            raise PydanticCustomError(
+                "tool_choice_with_format",
+                "tool_choice {choice} forces a call, whose form the answer takes: send no "
+                "response_format or structured_outputs with it",
+                {"choice": json.dumps(use.choice if isinstance(use.choice, str) else "named")},
+            )
+
+    def tool_use(self) -> ToolUse | None:
+        """The tools the answer may call and how (None without tools, or with
+        tool_choice none: the model is then not told of them)."""
+        if not self.tools or self.tool_choice == "none":
+            return None
+        return ToolUse(tools=tuple(self.tools), choice=self.tool_choice or "auto")
 
     def check_bounds(self, *, max_messages: int, max_message_chars: int) -> None:
         """Raise ``InvalidRequest`` for too many messages or a message too long."""
@@ -256,6 +294,14 @@ class ChatCompletionRequest(BaseModel):
             "sampling": self._sampling() or None,
         }
         request.update({k: v for k, v in optional.items() if v is not None})
+        tools = self.tool_use()
+        if tools is not None:
+            # GenerationRequest adds the constraint a forced call takes.
+            request["tools"] = [tool.model_dump() for tool in tools.tools]
+            if tools.choice != "auto":
+                request["tool_choice"] = (
+                    tools.choice if isinstance(tools.choice, str) else tools.choice.model_dump()
+                )
         return request
 
     def _sampling(self) -> dict[str, Any]:
@@ -296,8 +342,9 @@ def _check_message(index: int, message: object) -> None:
     than role and content (unless empty), and content parts other than text."""
     if not isinstance(message, dict):
         return  # left for GenerationRequest, which says what a message must be
+    served = _SERVED_MESSAGE_KEYS.get(str(message.get("role")), ())
     for key, value in message.items():
-        if key in ("role", "content"):
+        if key in ("role", "content", *served):
             continue
         if key in _EMPTY_MESSAGE_KEYS and value in (None, "", []):
             continue
@@ -329,7 +376,14 @@ def _message(message: dict[str, Any]) -> dict[str, Any]:
         texts = [part.get("text", "") for part in content if isinstance(part, dict)]
         if all(isinstance(text, str) for text in texts):
             content = "".join(texts)
-    return {"role": message.get("role"), "content": content}
+    converted = {"role": message.get("role"), "content": content}
+    if message.get("tool_calls"):
+        converted["tool_calls"] = message["tool_calls"]
+        # OpenAI's assistant message that only calls tools has no content.
+        converted["content"] = content if content is not None else ""
+    if message.get("tool_call_id") is not None:
+        converted["tool_call_id"] = message["tool_call_id"]
+    return converted
 
 
 def completion_id(job_id: str) -> str:
@@ -355,8 +409,11 @@ def completion(
     timings: Timings,
     tier: str,
     logprobs: list[TokenLogprob] | None = None,
+    tool_use: ToolUse | None = None,
 ) -> dict[str, Any]:
-    """A ``chat.completion`` object; ``logprobs`` for a request that asked for them."""
+    """A ``chat.completion`` object; ``logprobs`` for a request that asked for them;
+    with ``tool_use``, the calls the answer makes as the message's ``tool_calls``."""
+    message, finish_reason = answer_message(job_id, text, finish_reason, tool_use)
     return {
         "id": completion_id(job_id),
         "object": "chat.completion",
@@ -365,14 +422,40 @@ def completion(
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": text},
+                "message": message,
                 "logprobs": logprobs_block(logprobs),
-                "finish_reason": finish_reason or "stop",
+                "finish_reason": finish_reason,
             }
         ],
         "usage": usage_block(usage),
         "llmq": {"job_id": job_id, "tier": tier, "timings": timings.model_dump()},
     }
+
+
+def answer_message(
+    job_id: str, text: str, finish_reason: str | None, tool_use: ToolUse | None
+) -> tuple[dict[str, Any], str]:
+    """The answer's assistant message and its finish reason.
+
+    An answer that calls tools has ``content`` null (or the text before its calls) and
+    ``tool_calls``, and finishes with ``tool_calls``, unless ``max_tokens`` cut it
+    (``length``: the arguments may be cut too).
+    """
+    reason = finish_reason or "stop"
+    answer = tool_use.parse(text, job_id=job_id) if tool_use is not None else None
+    if answer is None or not answer.calls:
+        return {"role": "assistant", "content": text}, reason
+    message = {
+        "role": "assistant",
+        "content": answer.content,
+        "tool_calls": [call.model_dump() for call in answer.calls],
+    }
+    return message, reason if reason == "length" else "tool_calls"
+
+
+def tool_call_deltas(calls: Sequence[ToolCall]) -> list[dict[str, Any]]:
+    """``delta.tool_calls`` announcing ``calls`` whole, each at its index."""
+    return [{"index": index, **call.model_dump()} for index, call in enumerate(calls)]
 
 
 def chunk(

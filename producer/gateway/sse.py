@@ -17,6 +17,7 @@ from producer.gateway.errors import http_error_for
 from producer.gateway.metrics import GatewayMetrics
 from schemas.errors import LlmqError, job_ended
 from schemas.events import ErrorEvent, FinalEvent, TokenEvent
+from schemas.tools import ToolCall, ToolUse, call_id, may_become_call
 
 
 async def sse_events(
@@ -28,24 +29,42 @@ async def sse_events(
     metrics: GatewayMetrics,
     started: float,
     timeout: float,
+    tool_use: ToolUse | None = None,
 ) -> AsyncIterator[bytes]:
-    """Chunks from ``from_seq`` on, then ``[DONE]``; each SSE id is ``<job id>.<seq>``."""
+    """Chunks from ``from_seq`` on, then ``[DONE]``; each SSE id is ``<job id>.<seq>``.
+
+    With ``tool_use``, the answer's calls go out as ``delta.tool_calls`` (``ToolStream``).
+    """
     job_id = handle.job_id
     first = from_seq == 0
+    role_pending = first
+    tools = ToolStream(tool_use, job_id, resumed=not first) if tool_use is not None else None
     status = "200"
     try:
         async for event in handle.events(from_seq=from_seq, timeout=timeout):
             event_id = f"{job_id}.{event.seq}"
             if isinstance(event, TokenEvent):
-                delta: dict[str, Any] = {"content": event.text}
                 if first:
-                    delta["role"] = "assistant"
                     metrics.ttft.labels(model).observe(time.perf_counter() - started)
                     first = False
-                chunk = oai.chunk(job_id=job_id, model=model, delta=delta, logprobs=event.logprobs)
+                delta: dict[str, Any] | None = {"content": event.text}
+                if tools is not None:
+                    delta = tools.on_token(event.text)
+                if delta is None:
+                    continue  # held: it may be part of a call
+                delta, role_pending = _opening(delta, role_pending), False
+                logprobs = event.logprobs if tools is None or tools.streams_tokens else None
+                chunk = oai.chunk(job_id=job_id, model=model, delta=delta, logprobs=logprobs)
                 yield encode(event_id, chunk)
             elif isinstance(event, FinalEvent):
-                reason = event.finish_reason or "stop"
+                rest, reason = (
+                    tools.on_final(event.text, event.finish_reason)
+                    if tools is not None
+                    else (None, event.finish_reason or "stop")
+                )
+                if rest is not None:
+                    rest, role_pending = _opening(rest, role_pending), False
+                    yield encode(event_id, oai.chunk(job_id=job_id, model=model, delta=rest))
                 yield encode(
                     event_id,
                     oai.chunk(job_id=job_id, model=model, delta={}, finish_reason=reason),
@@ -65,6 +84,69 @@ async def sse_events(
     finally:
         metrics.requests.labels(model, status).inc()
     yield b"data: [DONE]\n\n"
+
+
+def _opening(delta: dict[str, Any], first: bool) -> dict[str, Any]:
+    """``delta``, with the role where it is the stream's first."""
+    return {"role": "assistant", **delta} if first else delta
+
+
+class ToolStream:
+    """A tool request's stream, as OpenAI sends one.
+
+    A named call's arguments are the answer's text: its first delta carries the call's
+    index, id, type and name with the first fragment, the next ones further fragments.
+    A required call, and an auto answer that may turn out to be a call (one that begins
+    like ``<tool_call>`` or a JSON object), are held and read whole at the end: one
+    delta with every call (or, where none was made, the text). An auto answer that
+    begins otherwise streams as text from the moment that is clear.
+    """
+
+    def __init__(self, use: ToolUse, job_id: str, *, resumed: bool) -> None:
+        self._use = use
+        self._job_id = job_id
+        # A resumed stream's client already has what went out before: a named call's
+        # announcement, or the start of an auto answer already streaming as text (a held
+        # answer sends nothing before its end, so a stream resumed past it has ended).
+        self._announced = resumed
+        self._plain = resumed and use.mode == "auto"
+        self._held: list[str] = []
+
+    @property
+    def streams_tokens(self) -> bool:
+        """Whether each token goes out in its own delta (which may carry its logprobs)."""
+        return self._use.mode == "named" or self._plain
+
+    def on_token(self, text: str) -> dict[str, Any] | None:
+        """The delta for a token's ``text``; None while it is held."""
+        named = self._use.named()
+        if named is not None:
+            if self._announced:
+                return {"tool_calls": [{"index": 0, "function": {"arguments": text}}]}
+            self._announced = True
+            call = {"index": 0, "id": call_id(self._job_id, 0), "type": "function"}
+            call["function"] = {"name": named.name, "arguments": text}
+            return {"content": None, "tool_calls": [call]}
+        if self._plain:
+            return {"content": text}
+        self._held.append(text)
+        if self._use.mode == "auto" and not may_become_call("".join(self._held)):
+            self._plain = True
+            return {"content": "".join(self._held)}
+        return None
+
+    def on_final(self, text: str, finish_reason: str | None) -> tuple[dict[str, Any] | None, str]:
+        """What is still to send at the end (None: nothing), and the finish reason."""
+        reason = finish_reason or "stop"
+        if self._plain:
+            return None, reason
+        if self._use.named() is not None and self._announced:
+            return None, reason if reason == "length" else "tool_calls"
+        message, reason = oai.answer_message(self._job_id, text, finish_reason, self._use)
+        if not message.get("tool_calls"):
+            return {"content": text}, reason
+        calls = [ToolCall.model_validate(call) for call in message["tool_calls"]]
+        return {"content": message["content"], "tool_calls": oai.tool_call_deltas(calls)}, reason
 
 
 def encode(event_id: str | None, payload: dict[str, Any]) -> bytes:

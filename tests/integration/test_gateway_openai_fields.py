@@ -41,8 +41,8 @@ def gateway(integration_settings: Settings) -> Iterator[httpx.Client]:
 @pytest.mark.parametrize(
     ("fields", "named"),
     [
-        ({"tools": [{"type": "function", "function": {"name": "lookup"}}]}, "tools"),
-        ({"tool_choice": "required"}, "tool_choice"),
+        ({"functions": [{"name": "lookup"}]}, "functions"),
+        ({"tool_choice": "required"}, "tool_choice"),  # without tools
         ({"temprature": 0.2}, "temprature"),
         ({"messages": [{"role": "user", "content": "hi", "name": "ann"}]}, "messages[0].name"),
     ],

@@ -48,9 +48,6 @@ def test_an_unknown_field_is_refused_by_name(name: str) -> None:
 @pytest.mark.parametrize(
     ("name", "value"),
     [
-        ("tools", [{"type": "function", "function": {"name": "f"}}]),
-        ("tool_choice", "required"),
-        ("tool_choice", False),  # not a default by type
         ("functions", [{"name": "f"}]),
         ("function_call", "auto"),
         ("modalities", ["text", "audio"]),
@@ -75,7 +72,7 @@ def test_an_unserved_field_that_asks_for_something_is_refused_by_name(
     [(name, quiet) for name, values in UNSERVED_FIELDS.items() for quiet in values],
 )
 def test_an_unserved_field_at_its_default_is_served_as_if_absent(name: str, value: object) -> None:
-    # Client libraries send some defaults (tools=[], parallel_tool_calls=true, ...).
+    # Client libraries send some defaults (functions=[], service_tier="auto", ...).
     assert llmq_request(**{name: value}) == llmq_request()
     assert llmq_request(**{name: None}) == llmq_request()
 
@@ -123,8 +120,8 @@ def test_an_earlier_answer_echoed_back_with_empty_keys_is_served() -> None:
 
 
 def test_a_batch_line_with_an_unserved_field_is_invalid_by_name() -> None:
-    line = '{"custom_id": "a", "body": {"model": "auto", "messages": [], "tools": [{}]}}'
-    with pytest.raises(LineInvalid, match="tools: llmq does not serve tools"):
+    line = '{"custom_id": "a", "body": {"model": "auto", "messages": [], "functions": [{}]}}'
+    with pytest.raises(LineInvalid, match="functions: llmq does not serve functions"):
         parse_line(line.replace("[]", '[{"role": "user", "content": "hi"}]', 1))
 
 

@@ -73,6 +73,11 @@ class Engine(Protocol):
         """Token ids of ``messages`` in the model's chat format, ready for generation."""
         ...
 
+    def render_prompt(self, text: str) -> list[int]:
+        """Token ids of a text prompt as a text-completion server encodes it: the
+        tokenizer's special tokens (a BOS, where the model has one), no chat format."""
+        ...
+
     def encode(self, text: str) -> list[int]:
         """Token ids of plain ``text`` (no chat format, no special tokens)."""
         ...

@@ -115,6 +115,11 @@ class VllmEngine:
             )
         return list(rendered["input_ids"])
 
+    def render_prompt(self, text: str) -> list[int]:
+        # As vLLM's own /v1/completions does (its add_special_tokens defaults to true).
+        with self._tokenizer_lock:
+            return list(self._tokenizer.encode(text, add_special_tokens=True))
+
     def encode(self, text: str) -> list[int]:
         with self._tokenizer_lock:
             return list(self._tokenizer.encode(text, add_special_tokens=False))
