@@ -61,6 +61,8 @@ UPLOAD_LINES = 50_000
 SLOW_READERS = 40
 BAD_KEYS_PER_MIN = 100
 SETTLE_TIMEOUT_S = 90.0
+MAX_TRIES_PER_SAMPLE = 3
+"""A phase whose interactive requests fail this often per sample stops the bench."""
 KEY_RATE_PER_MIN = 1_000_000
 REFUSALS = frozenset({401, 403, 429})
 NOT_A_REFUSAL = frozenset({"quota_exceeded", "queue_full"})
@@ -284,7 +286,14 @@ def _phase(
             httpx.Client(base_url=stage.url, timeout=300) as http,
             counted(f"{name}: interactive requests", samples) as bar,
         ):
+            tries = 0
             while len(ttfts) < samples:
+                tries += 1
+                if tries > samples * MAX_TRIES_PER_SAMPLE:
+                    raise RuntimeError(
+                        f"{name}: only {len(ttfts)} of {tries - 1} interactive requests "
+                        f"streamed text (answers: {dict(tally.statuses)})"
+                    )
                 time.sleep(0.05 + stage.rng.random() * 0.2)
                 ttft = _interactive(http, stage, tally)
                 if ttft is not None:

@@ -7,13 +7,21 @@ entry point and can never collide with a request field.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from schemas.queues import Priority, Tier
-from schemas.sampling import Sampling
+from schemas.sampling import Sampling, StructuredOutput
 from schemas.text import database_text, valid_unicode
+from schemas.tools import MAX_TOOLS, ToolCall, ToolChoice, ToolSpec, ToolUse
 
 MAX_TOKENS_CEILING = 32_768
 """No tier serves more; the per-tier context check at submit is stricter."""
@@ -26,19 +34,36 @@ class ChatMessage(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    role: Literal["system", "user", "assistant"]
+    role: Literal["system", "user", "assistant", "tool"]
+    # Both left out of the stored form while unset, as a turn without tools was stored.
+    tool_calls: list[ToolCall] | None = Field(
+        default=None, min_length=1, max_length=MAX_TOOLS, exclude_if=lambda value: value is None
+    )
+    """An assistant turn's tool calls (its content may then be empty)."""
+    tool_call_id: str | None = Field(
+        default=None, max_length=200, exclude_if=lambda value: value is None
+    )
+    """A tool turn's answer to this call."""
     content: str = Field(max_length=200_000)
 
     @field_validator("content")
     @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
+    def _not_blank(cls, value: str, info: ValidationInfo) -> str:
+        if not value.strip() and not info.data.get("tool_calls"):
             raise ValueError("message content must not be empty")
         # Turns are stored in text columns, which cannot hold NUL on PostgreSQL: a NUL
         # that passed here would fail the job's end, after its answer ran.
         if "\x00" in value:
             raise ValueError("message content must not contain NUL characters")
         return valid_unicode(value)
+
+    @model_validator(mode="after")
+    def _tool_fields_fit_role(self) -> ChatMessage:
+        if self.tool_calls is not None and self.role != "assistant":
+            raise ValueError("only an assistant message has tool_calls")
+        if (self.tool_call_id is not None) != (self.role == "tool"):
+            raise ValueError("a tool message, and only one, has a tool_call_id")
+        return self
 
 
 class GenerationRequest(BaseModel):
@@ -68,6 +93,12 @@ class GenerationRequest(BaseModel):
         exclude_if=lambda value: value is None,
         description="penalties, vLLM's sampling extras and structured output",
     )
+    tools: list[ToolSpec] | None = Field(
+        default=None, min_length=1, max_length=MAX_TOOLS, exclude_if=lambda value: value is None
+    )
+    """Functions the model may call (``schemas.tools``); left out while unset."""
+    tool_choice: ToolChoice | None = Field(default=None, exclude_if=lambda value: value is None)
+    """With ``tools``: auto (unset), required, or a named function."""
     user: str | None = Field(
         default=None,
         max_length=256,
@@ -109,6 +140,46 @@ class GenerationRequest(BaseModel):
                 # JSON has no NaN or infinity: the database would refuse the row.
                 raise ValueError(f"metadata {key!r} must be a finite number, not {item}")
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _forced_call_constrains_the_answer(cls, data: Any) -> Any:
+        # A tool_choice that forces a call is served by constraining the answer to the
+        # call's form; stored in ``sampling`` like any other constraint, so the engine,
+        # the lost-worker rule and the stored row see it as such.
+        if not isinstance(data, dict) or data.get("tool_choice") in (None, "auto"):
+            return data
+        try:
+            use = ToolUse.model_validate(
+                {"tools": data.get("tools"), "choice": data["tool_choice"]}
+            )
+            use.check()
+            sampling = Sampling.model_validate(data.get("sampling") or {})
+        except ValueError:
+            return data  # the fields' own validation says what is wrong
+        schema = use.forced_schema()
+        forced = StructuredOutput(kind="json_schema", json_schema=schema)
+        if sampling.structured not in (None, forced):
+            raise ValueError(
+                "a tool_choice that forces a call takes no other structured output "
+                "(response_format or structured_outputs)"
+            )
+        return {**data, "sampling": sampling.model_copy(update={"structured": forced})}
+
+    def tool_use(self) -> ToolUse | None:
+        """The request's tools and tool_choice, None without tools."""
+        if not self.tools:
+            return None
+        return ToolUse(tools=tuple(self.tools), choice=self.tool_choice or "auto")
+
+    @model_validator(mode="after")
+    def _tool_choice_among_tools(self) -> GenerationRequest:
+        use = self.tool_use()
+        if use is not None:
+            use.check()
+        elif self.tool_choice is not None:
+            raise ValueError("tool_choice needs tools")
+        return self
 
     @model_validator(mode="after")
     def _has_user_turn(self) -> GenerationRequest:

@@ -11,6 +11,7 @@ from schemas.errors import LlmqError, PromptTooLong
 from schemas.queues import Priority
 from schemas.requests import GenerationRequest
 from schemas.sampling import Sampling
+from schemas.tools import plain_messages
 from workers.engine.base import BACKGROUND_PRIORITY, INTERACTIVE_PRIORITY, SamplingOptions
 from workers.worker_runtime import WorkerRuntime
 
@@ -24,16 +25,23 @@ def parse_request(raw: Mapping[str, object]) -> GenerationRequest:
 
 
 def chat_messages(request: GenerationRequest, runtime: WorkerRuntime) -> list[dict[str, str]]:
-    """The conversation as the model sees it: the registered system prompt, then the turns.
+    """The conversation as the model sees it: the registered system prompt, then the
+    turns; with tools, the tools' instruction and the turns' calls as text
+    (``schemas.tools.plain_messages``).
 
     The system prompt's text comes from the registry file byte for byte, so its tokens,
     and so its cached prefix, are the same for every request that names it.
     """
     messages = [message.model_dump() for message in request.messages]
-    if request.system_prompt is None:
+    if request.system_prompt is not None:
+        prompt = runtime.prompts.registry.resolve(request.system_prompt, tier=runtime.tier.base)
+        messages = [{"role": "system", "content": prompt.text}, *messages]
+    tools = request.tool_use()
+    if tools is None and not any(m.role == "tool" or m.tool_calls for m in request.messages):
         return messages
-    prompt = runtime.prompts.registry.resolve(request.system_prompt, tier=runtime.tier.base)
-    return [{"role": "system", "content": prompt.text}, *messages]
+    # Tools, calls and their results written out as text after the system prompt's own
+    # (whose cached prefix stays the same), in a form any chat template takes.
+    return plain_messages(messages, tools)
 
 
 def prompt_ids(request: GenerationRequest, runtime: WorkerRuntime) -> list[int]:

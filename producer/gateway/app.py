@@ -246,6 +246,7 @@ class Gateway:
                 metrics=self.metrics,
                 started=started,
                 timeout=RESULT_TIMEOUT_S,
+                tool_use=body.tool_use(),
             )
             return SseResponse(
                 events,
@@ -267,6 +268,7 @@ class Gateway:
                 timings=result.timings,
                 tier=result.tier.value,
                 logprobs=(result.logprobs or []) if body.logprobs else None,
+                tool_use=body.tool_use(),
             ),
             headers=tier_headers(handle),
         )
