@@ -348,3 +348,20 @@ def stored_tool_use(request: Mapping[str, Any]) -> ToolUse | None:
     return ToolUse.model_validate(
         {"tools": request["tools"], "choice": request.get("tool_choice") or "auto"}
     )
+
+
+def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` for a chat template with a tools section: each call's arguments as
+    an object, as vLLM's server hands them to templates (which write them with
+    ``tojson``)."""
+    return [
+        {**message, "tool_calls": [_template_call(c) for c in message["tool_calls"]]}
+        if message.get("tool_calls")
+        else message
+        for message in messages
+    ]
+
+
+def _template_call(call: dict[str, Any]) -> dict[str, Any]:
+    function = call["function"]
+    return {**call, "function": {**function, "arguments": arguments_object(function["arguments"])}}

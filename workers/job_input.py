@@ -4,6 +4,7 @@ sampling options. Shared by the claimed path and the early start from the messag
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -11,8 +12,13 @@ from schemas.errors import LlmqError, PromptTooLong
 from schemas.queues import Priority
 from schemas.requests import GenerationRequest
 from schemas.sampling import Sampling
-from schemas.tools import plain_messages
-from workers.engine.base import BACKGROUND_PRIORITY, INTERACTIVE_PRIORITY, SamplingOptions
+from schemas.tools import ToolUse, plain_messages, template_messages
+from workers.engine.base import (
+    BACKGROUND_PRIORITY,
+    INTERACTIVE_PRIORITY,
+    Engine,
+    SamplingOptions,
+)
 from workers.worker_runtime import WorkerRuntime
 
 
@@ -24,10 +30,9 @@ def parse_request(raw: Mapping[str, object]) -> GenerationRequest:
         raise LlmqError(f"the stored request is invalid: {exc.error_count()} problem(s)") from exc
 
 
-def chat_messages(request: GenerationRequest, runtime: WorkerRuntime) -> list[dict[str, str]]:
+def chat_messages(request: GenerationRequest, runtime: WorkerRuntime) -> list[dict[str, Any]]:
     """The conversation as the model sees it: the registered system prompt, then the
-    turns; with tools, the tools' instruction and the turns' calls as text
-    (``schemas.tools.plain_messages``).
+    turns (an assistant's ``tool_calls`` and a tool's ``tool_call_id`` with them).
 
     The system prompt's text comes from the registry file byte for byte, so its tokens,
     and so its cached prefix, are the same for every request that names it.
@@ -36,12 +41,7 @@ def chat_messages(request: GenerationRequest, runtime: WorkerRuntime) -> list[di
     if request.system_prompt is not None:
         prompt = runtime.prompts.registry.resolve(request.system_prompt, tier=runtime.tier.base)
         messages = [{"role": "system", "content": prompt.text}, *messages]
-    tools = request.tool_use()
-    if tools is None and not any(m.role == "tool" or m.tool_calls for m in request.messages):
-        return messages
-    # Tools, calls and their results written out as text after the system prompt's own
-    # (whose cached prefix stays the same), in a form any chat template takes.
-    return plain_messages(messages, tools)
+    return messages
 
 
 def prompt_ids(request: GenerationRequest, runtime: WorkerRuntime) -> list[int]:
@@ -49,7 +49,26 @@ def prompt_ids(request: GenerationRequest, runtime: WorkerRuntime) -> list[int]:
     prompt's text as it is (text completions)."""
     if request.raw_prompt:
         return runtime.engine.render_prompt(request.messages[0].content)
-    return runtime.engine.render_chat(chat_messages(request, runtime))
+    messages = chat_messages(request, runtime)
+    tools = request.tool_use()
+    if tools is None and not any(m.role == "tool" or m.tool_calls for m in request.messages):
+        return runtime.engine.render_chat(messages)
+    return tool_prompt_ids(messages, tools, runtime.engine)
+
+
+def tool_prompt_ids(
+    messages: list[dict[str, Any]], tools: ToolUse | None, engine: Engine
+) -> list[int]:
+    """A conversation with tools (or tool turns) in the model's chat format: its chat
+    template's own tools section where it has one (as vLLM's server renders them),
+    else the tools' instruction and the turns' calls written out as text after the
+    system prompt's own, whose cached prefix stays the same
+    (``schemas.tools.plain_messages``)."""
+    specs = [tool.model_dump() for tool in tools.tools] if tools is not None else None
+    native = engine.render_chat_with_tools(template_messages(messages), specs)
+    if native is not None:
+        return native
+    return engine.render_chat(plain_messages(messages, tools))
 
 
 def check_context(prompt_tokens: int, max_tokens: int, runtime: WorkerRuntime) -> None:

@@ -60,6 +60,9 @@ class ScriptedEngine:
         self.rendered.append(list(messages))
         return [1] * sum(len(m["content"].split()) for m in messages)
 
+    def render_chat_with_tools(self, *_: object) -> None:
+        return None  # a template without tools: they are written out as text
+
     def encode(self, text: str) -> list[int]:
         return [2] * len(text.split())
 

@@ -5,6 +5,7 @@ for a forced call, the constraint the engine takes; what the model answers becom
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import jsonschema
@@ -12,13 +13,17 @@ import pytest
 from pydantic import ValidationError
 
 from producer.batches.lines import parse_line
+from producer.batches.views import output_line
 from producer.gateway import openai_models as oai
 from producer.gateway.openai_models import ChatCompletionRequest
 from producer.gateway.sse import ToolStream
 from schemas.events import Timings, Usage
 from schemas.requests import GenerationRequest
 from schemas.sampling import StructuredOutput
+from schemas.tables import Job
 from schemas.tools import ToolUse, may_become_call, plain_messages, stored_tool_use
+from workers.engine.vllm import VllmEngine
+from workers.job_input import tool_prompt_ids
 
 WEATHER = {
     "type": "function",
@@ -389,3 +394,66 @@ def test_an_auto_answer_streams_as_text_once_it_cannot_be_a_call() -> None:
 )
 def test_what_may_become_a_call(start: str, held: bool) -> None:
     assert may_become_call(start) is held
+
+
+def test_a_batch_output_line_carries_the_calls() -> None:
+    request = body(model="small", tool_choice=NAMED).to_llmq()
+    job = Job(id="j", tier="small", request=request, output_text='{"city": "Oslo"}')
+    job.finish_reason = "stop"
+    choice = json.loads(output_line(job))["response"]["body"]["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    assert choice["message"]["tool_calls"][0]["function"] == {
+        "name": "get_weather",
+        "arguments": '{"city": "Oslo"}',
+    }
+
+
+# The chat template's own tools section ---------------------------------------------------
+
+
+class RecordingTokenizer:
+    def __init__(self, template: str) -> None:
+        self.chat_template = template
+        self.calls: list[dict[str, Any]] = []
+
+    def apply_chat_template(self, messages: Any, **options: Any) -> dict[str, list[int]]:
+        self.calls.append({"messages": messages, **options})
+        return {"input_ids": [7, 8]}
+
+
+def engine_with(template: str) -> tuple[VllmEngine, RecordingTokenizer]:
+    engine = VllmEngine.__new__(VllmEngine)
+    tokenizer = RecordingTokenizer(template)
+    engine._tokenizer = tokenizer
+    engine._tokenizer_lock = threading.Lock()
+    return engine, tokenizer
+
+
+def test_a_template_with_a_tools_section_renders_the_tools_itself() -> None:
+    engine, tokenizer = engine_with("{% if tools %}{{ tools | tojson }}{% endif %}...")
+    call = {"id": "c", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}
+    messages = [*HI, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    assert tool_prompt_ids(messages, use(), engine) == [7, 8]
+    [rendered] = tokenizer.calls
+    assert rendered["tools"] == [WEATHER, TIME]
+    # The arguments as an object, as vLLM hands them to templates.
+    assert rendered["messages"][1]["tool_calls"][0]["function"]["arguments"] == {}
+    assert rendered["add_generation_prompt"] is True
+
+
+def test_a_template_without_tools_gets_them_written_out() -> None:
+    engine, tokenizer = engine_with("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    assert engine.render_chat_with_tools(HI, [WEATHER]) is None
+    assert tokenizer.calls == []
+    rendered: list[Any] = []
+
+    class Plain:
+        def render_chat_with_tools(self, *_: object) -> None:
+            return None
+
+        def render_chat(self, messages: Any) -> list[int]:
+            rendered.append(messages)
+            return [1]
+
+    assert tool_prompt_ids(list(HI), use(), Plain()) == [1]  # type: ignore[arg-type]
+    assert rendered[0][0]["content"].startswith("You have these tools")

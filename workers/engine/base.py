@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from schemas.events import TokenLogprob
 from schemas.sampling import Sampling
@@ -71,6 +71,16 @@ class Engine(Protocol):
 
     def render_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
         """Token ids of ``messages`` in the model's chat format, ready for generation."""
+        ...
+
+    def render_chat_with_tools(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+    ) -> list[int] | None:
+        """Token ids of ``messages`` with ``tools`` (OpenAI's tool objects) through the
+        model's chat template, as vLLM's server renders them; None where the template
+        has no tools section (the caller then writes them out as text)."""
         ...
 
     def render_prompt(self, text: str) -> list[int]:

@@ -15,7 +15,7 @@ import logging
 import os
 import queue
 import threading
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -112,6 +112,23 @@ class VllmEngine:
         with self._tokenizer_lock:
             rendered = self._tokenizer.apply_chat_template(
                 list(messages), add_generation_prompt=True, tokenize=True, return_dict=True
+            )
+        return list(rendered["input_ids"])
+
+    def render_chat_with_tools(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+    ) -> list[int] | None:
+        with self._tokenizer_lock:
+            if not template_has_tools(self._tokenizer.chat_template):
+                return None
+            rendered = self._tokenizer.apply_chat_template(
+                [dict(m) for m in messages],
+                tools=[dict(t) for t in tools] if tools else None,
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=True,
             )
         return list(rendered["input_ids"])
 
@@ -331,6 +348,12 @@ def _next_delta(
             return deltas.get(timeout=STOP_POLL_S)
         except queue.Empty:
             continue
+
+
+def template_has_tools(template: object) -> bool:
+    """Whether a chat template renders tools (and so tool turns) itself; the bundled
+    models' templates do not."""
+    return isinstance(template, str) and "tools" in template
 
 
 def engine_event_loop() -> asyncio.AbstractEventLoop:
