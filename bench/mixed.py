@@ -57,7 +57,7 @@ from bench.mixed_sides import (
 from bench.mixed_target import Target, request_arguments
 from bench.trace import Event, TracePlan, build_trace, describe
 from schemas.queues import Tier
-from schemas.settings import Settings
+from schemas.settings import Settings, TierConfig
 
 SIDES = ("vllm_fcfs", "vllm_priority", "vllm_capped", "llmq")
 
@@ -513,8 +513,21 @@ def report(
         "on this host), and its gateway no trained router, with that tier as the default"
     )
     result["host"] = host_description()
+    result["engine_dtype"] = engine_dtype(config)
+    if "vllm_capped" in sides:
+        result["vllm_capped_flood_cap"] = sides["vllm_capped"].target.batch_cap
     result["commit"] = code_commit()
     return result
+
+
+def engine_dtype(config: TierConfig) -> str:
+    """The precision every side's engine was asked for; ``auto`` also names what a CPU
+    engine resolves it to (bfloat16 only where the CPU multiplies it in hardware)."""
+    if config.dtype != "auto":
+        return config.dtype
+    from workers.engine.vllm import cpu_dtype
+
+    return f"auto ({cpu_dtype()} on a CPU engine)"
 
 
 def code_commit() -> str | None:

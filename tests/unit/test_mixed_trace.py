@@ -262,4 +262,5 @@ def test_the_report_holds_every_side_s_figures_and_the_ratios() -> None:
     assert result["slo_ttft_ms"] == 1000.0
     assert result["interactive_requests"] == 1 and result["batch_requests"] == 1
     assert result["host"]
+    assert result["engine_dtype"].startswith("auto (")  # what a CPU engine resolves
     assert "commit" in result
