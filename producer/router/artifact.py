@@ -52,6 +52,17 @@ class RouterArtifact:
     def content_hash(self) -> str:
         return hashlib.sha256(self.to_bytes()).hexdigest()[:16]
 
+    @property
+    def model_hash(self) -> str:
+        """Identifies what the router computes (table, head, tokenizer), not its metadata:
+        tuning its threshold keeps it, so a frontier measured before still applies."""
+        digest = hashlib.sha256(self.tokenizer_json.encode())
+        for array in (self.vectors.astype(np.float16), self.mean, self.scale):
+            digest.update(np.ascontiguousarray(array).tobytes())
+        for array in (self.weights, self.bias):
+            digest.update(np.ascontiguousarray(array).tobytes())
+        return digest.hexdigest()[:16]
+
 
 def save_artifact(artifact: RouterArtifact, folder: Path, *, make_current: bool = True) -> Path:
     """Write ``router-<hash>.npz``; point ``current.json`` at it."""

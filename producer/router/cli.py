@@ -1,10 +1,11 @@
-"""``llmq route`` and ``llmq router eval|correct`` (plus actions other packages plug in)."""
+"""``llmq route`` and ``llmq router eval|correct|train|retrain|tune``."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from schemas.errors import InvalidRequest
@@ -22,11 +23,16 @@ def register_route(commands: Any) -> None:
 
 
 def register_router(commands: Any) -> None:
-    """Add ``llmq router eval|correct|train|retrain``."""
-    router = commands.add_parser("router", help="train, evaluate and correct the router")
+    """Add ``llmq router eval|correct|train|retrain|tune``."""
+    router = commands.add_parser("router", help="train, evaluate, tune and correct the router")
     actions = router.add_subparsers(title="actions", metavar="ACTION", required=True)
     evaluate = actions.add_parser("eval", help="accuracy and confusion on the validation split")
     evaluate.add_argument("--json", action="store_true")
+    evaluate.add_argument(
+        "--heldout",
+        action="store_true",
+        help="score the held-out requests (written apart from the training data) instead",
+    )
     evaluate.set_defaults(handler=_eval)
     correct = actions.add_parser("correct", help="record the tier a job should have had")
     correct.add_argument("job_id")
@@ -42,6 +48,27 @@ def register_router(commands: Any) -> None:
     )
     retrain.add_argument("--seed", type=int, default=7)
     retrain.set_defaults(handler=_train, with_corrections=True)
+    tune = actions.add_parser(
+        "tune",
+        help="choose the large threshold from the measured frontier (llmq bench routing) "
+        "and write it into the router's artifact",
+    )
+    tune.add_argument(
+        "--max-quality-drop",
+        type=float,
+        default=3.0,
+        metavar="POINTS",
+        help="the largest quality drop against all-large, by the interval's bound (3)",
+    )
+    tune.add_argument(
+        "--frontier",
+        type=Path,
+        default=None,
+        help="the frontier JSON, or a saved llmq bench routing --json output "
+        "(default: frontier.json in the router's folder, where the bench writes it)",
+    )
+    tune.add_argument("--json", action="store_true")
+    tune.set_defaults(handler=_tune)
 
 
 def _router() -> Any:
@@ -65,8 +92,20 @@ def _route(args: argparse.Namespace) -> int:
     if args.text is None or not args.text.strip():
         raise InvalidRequest("give the text to route (it must not be empty), or use --jsonl")
     decision = router.route(GenerationRequest.from_text(args.text), requested="auto")
-    print(json.dumps(decision.model_dump(mode="json")))
+    print(json.dumps(decision.model_dump(mode="json") | _score(router, args.text)))
     return 0
+
+
+def _score(router: Any, text: str) -> dict[str, Any]:
+    """The decision score (p(large)) and the threshold it is compared with."""
+    score = None
+    if router.classifier is not None:
+        score = round(router.classifier.predict(text).probabilities["large"], 4)
+    return {
+        "score": score,
+        "threshold": router.policy.large_threshold,
+        "threshold_source": router.threshold_source,
+    }
 
 
 def _decide(router: Any, request_type: Any, line: str, number: int) -> dict[str, Any]:
@@ -78,23 +117,36 @@ def _decide(router: Any, request_type: Any, line: str, number: int) -> dict[str,
     if not isinstance(text, str) or not text.strip():
         return {"line": number, "error": problem}
     decision = router.route(request_type.from_text(text), requested="auto")
-    return decision.model_dump(mode="json")  # type: ignore[no-any-return]
+    return decision.model_dump(mode="json") | _score(router, text)  # type: ignore[no-any-return]
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from producer.router.dataset import load_examples
+    from producer.router.dataset import load_examples, load_heldout
     from producer.router.evaluation import evaluate_router
     from schemas.errors import ConfigError
 
     router = _router()
     if router.classifier is None:
         raise ConfigError("no router is trained on this host yet: run llmq router train")
-    validation = [e for e in load_examples() if e.split == "validation"]
+    name = "held-out" if args.heldout else "validation"
+    if args.heldout:
+        validation = load_heldout()
+    else:
+        validation = [e for e in load_examples() if e.split == "validation"]
     result = evaluate_router(router.classifier, router.policy, validation).as_dict()
+    result |= {
+        "examples": len(validation),
+        "set": name,
+        "large_threshold": router.policy.large_threshold,
+        "threshold_source": router.threshold_source,
+    }
     if args.json:
         print(json.dumps(result))
         return 0
-    print(f"validation examples: {len(validation)}   accuracy: {result['accuracy']}")
+    print(
+        f"{name} examples: {len(validation)}   accuracy: {result['accuracy']}   "
+        f"large threshold: {router.policy.large_threshold} ({router.threshold_source})"
+    )
     for tier in Tier:
         precision = result["precision"][tier.value]  # type: ignore[index]
         recall = result["recall"][tier.value]  # type: ignore[index]
@@ -140,4 +192,33 @@ def _train(args: argparse.Namespace) -> int:
             engine.dispose()
     path, metadata = train_router(settings, seed=args.seed, extra=extra, progress=True)
     print(json.dumps({"artifact": str(path), "corrections": len(extra), **metadata}))
+    return 0
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from producer.router.tuning import FRONTIER_FILE, read_frontier_file, tune_router
+    from schemas.settings import Settings
+
+    settings = Settings.from_env()
+    path = args.frontier or settings.router_folder / FRONTIER_FILE
+    written, point = tune_router(
+        settings.router_folder,
+        read_frontier_file(path),
+        max_quality_drop_points=args.max_quality_drop,
+    )
+    result = {"artifact": str(written), "frontier": str(path), **point.model_dump(mode="json")}
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(
+        f"large threshold {point.threshold:g}: {100 * point.large_share:.1f}% of requests go "
+        f"large, quality {point.quality_drop_points:+.2f} points below all-large (at most "
+        f"{point.quality_drop_upper_points:.2f} by the 95% interval, allowed "
+        f"{point.max_quality_drop_points:g})"
+    )
+    if point.latency_ratio_vs_all_large is not None:
+        print(f"mean latency {point.latency_ratio_vs_all_large:.2f}x all-large")
+    print(f"written to {written} (now current)")
+    if "router_large_threshold" in settings.model_fields_set:
+        print("note: LLMQ_ROUTER_LARGE_THRESHOLD is set and overrides the tuned threshold")
     return 0

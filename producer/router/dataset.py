@@ -10,7 +10,9 @@ from pathlib import Path
 from schemas.queues import Tier
 
 DATA_PATH = Path(__file__).resolve().parent / "data" / "requests.jsonl"
-SPLITS = ("train", "validation")
+HELDOUT_PATH = Path(__file__).resolve().parent / "data" / "heldout.jsonl"
+"""Requests written apart from the training data (not paraphrases of it), never trained on."""
+SPLITS = ("train", "validation", "heldout")
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,16 @@ def load_examples(path: Path = DATA_PATH) -> list[Example]:
         if example.split not in SPLITS:
             raise ValueError(f"{path.name}:{number}: unknown split {example.split!r}")
         examples.append(example)
+    return examples
+
+
+def load_heldout(path: Path = HELDOUT_PATH) -> list[Example]:
+    """The held-out requests; raises ``ValueError`` naming a malformed line or a row of
+    another split (the file is kept apart from training by its split as well)."""
+    examples = load_examples(path)
+    for number, example in enumerate(examples, start=1):
+        if example.split != "heldout":
+            raise ValueError(f"{path.name}: row {number} has split {example.split!r}")
     return examples
 
 

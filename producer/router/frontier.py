@@ -91,6 +91,8 @@ class Frontier(BaseModel):
 
     cases: int
     confidence: float
+    router: str | None = None
+    """The model hash of the router whose scores were swept (``RouterArtifact.model_hash``)."""
     quality_small: float
     quality_large: float
     apgr: float | None
@@ -201,6 +203,7 @@ def compute_frontier(
     *,
     confidence: float = DEFAULT_CONFIDENCE,
     seed: int = 0,
+    router: str | None = None,
 ) -> Frontier:
     """Sweep a threshold over ``scores`` (higher: more likely to need large).
 
@@ -260,6 +263,7 @@ def compute_frontier(
     return Frontier(
         cases=len(ids),
         confidence=confidence,
+        router=router,
         quality_small=quality_small,
         quality_large=quality_large,
         apgr=area_under(shares, gained),

@@ -20,6 +20,7 @@ from producer.router.classifier import DifficultyClassifier
 from producer.router.load import load_adjusted
 from producer.router.policy import PolicyConfig, apply_policy
 from producer.router.served import nearest_served
+from producer.router.tuning import tuned_threshold
 from schemas.errors import BrokerUnavailable, ConfigError
 from schemas.queues import ROUTING_COUNTS_KEY, Priority, Tier
 from schemas.requests import GenerationRequest, RoutingDecision
@@ -43,8 +44,8 @@ class Router:
         if workers is None and redis_client is not None:
             workers = WorkerDirectory(redis_client)
         self._workers = workers
-        self.policy = PolicyConfig(settings.router_large_threshold, settings.router_min_confidence)
         self.classifier = load_classifier(settings)
+        self.policy, self.threshold_source = policy_for(settings, self.classifier)
 
     def route(
         self,
@@ -133,6 +134,21 @@ class Router:
             return
         with contextlib.suppress(redis.RedisError):
             self._redis.hincrby(ROUTING_COUNTS_KEY, f"{tier.value}:{kind}", 1)
+
+
+def policy_for(
+    settings: Settings, classifier: DifficultyClassifier | None
+) -> tuple[PolicyConfig, str]:
+    """The policy a router applies, and where its large threshold came from: ``setting``
+    (``LLMQ_ROUTER_LARGE_THRESHOLD`` set), ``tuned`` (``llmq router tune`` wrote it into
+    the artifact) or ``default``."""
+    threshold, source = settings.router_large_threshold, "default"
+    tuned = tuned_threshold(classifier.metadata) if classifier is not None else None
+    if "router_large_threshold" in settings.model_fields_set:
+        source = "setting"
+    elif tuned is not None:
+        threshold, source = tuned, "tuned"
+    return PolicyConfig(threshold, settings.router_min_confidence), source
 
 
 def routing_text(request: GenerationRequest) -> str:

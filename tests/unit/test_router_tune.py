@@ -1,0 +1,105 @@
+"""``llmq router tune``: the threshold from the measured frontier, into the artifact."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from producer.cli import main
+from producer.router.artifact import current_artifact_path, load_artifact, save_artifact
+from producer.router.frontier import compute_frontier
+from producer.router.route import Router, policy_for
+from producer.router.tuning import read_frontier_file, tune_router, tuned_threshold
+from schemas.errors import ConfigError
+from schemas.settings import Settings
+from tests.unit.test_router_frontier import perfect_router_case
+from tests.unit.test_router_policy import tiny_artifact
+
+
+@pytest.fixture
+def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.delenv("LLMQ_ROUTER_LARGE_THRESHOLD", raising=False)
+    monkeypatch.setenv("LLMQ_ROUTER_DIR", str(tmp_path))
+    save_artifact(tiny_artifact(), tmp_path)
+    return tmp_path
+
+
+def bench_output(router: str | None) -> dict[str, object]:
+    small, large, scores = perfect_router_case()
+    frontier = compute_frontier(small, large, scores, router=router)
+    return {"bench": "routing", "apgr": frontier.apgr, "frontier": frontier.model_dump()}
+
+
+def test_tune_writes_the_cheapest_qualifying_threshold_and_the_router_serves_it(
+    folder: Path,
+) -> None:
+    before = current_artifact_path(folder)
+    assert before is not None
+    data = bench_output(load_artifact(before).model_hash)
+    written, point = tune_router(folder, data, max_quality_drop_points=3)
+    assert point.large_share == 0.25 and 0.1 < point.threshold < 0.9
+    assert current_artifact_path(folder) == written != before
+    tuned = load_artifact(written)
+    assert tuned_threshold(tuned.metadata) == point.threshold
+    assert tuned.metadata["tuned"]["cases"] == 200
+    assert tuned.metadata["data_hash"] == "x"  # the rest of the metadata is kept
+    assert tuned.model_hash == load_artifact(before).model_hash
+    router = Router(Settings(router_dir=folder))
+    assert router.policy.large_threshold == point.threshold
+    assert router.threshold_source == "tuned"
+    # Tuning again from the same frontier gives the same artifact.
+    again, _ = tune_router(folder, data, max_quality_drop_points=3)
+    assert again == written
+
+
+def test_a_set_threshold_overrides_the_tuned_one(folder: Path) -> None:
+    path = current_artifact_path(folder)
+    assert path is not None
+    tune_router(folder, bench_output(None), max_quality_drop_points=3)
+    router = Router(Settings(router_dir=folder))
+    policy, source = policy_for(Settings(router_large_threshold=0.5), router.classifier)
+    assert (policy.large_threshold, source) == (0.5, "setting")
+    untuned = Router(Settings(router_dir=folder / "none"))
+    assert untuned.threshold_source == "default"
+    assert untuned.policy.large_threshold == 0.35
+
+
+def test_a_frontier_of_another_router_is_refused(folder: Path) -> None:
+    with pytest.raises(ConfigError, match="measured with router other"):
+        tune_router(folder, bench_output("other"), max_quality_drop_points=3)
+
+
+def test_tune_without_a_trained_router_says_so(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no router is trained"):
+        tune_router(tmp_path, bench_output(None), max_quality_drop_points=3)
+
+
+def test_the_frontier_file_may_be_a_saved_bench_output(tmp_path: Path) -> None:
+    saved = tmp_path / "bench.txt"
+    saved.write_text("apgr: 0.9\n" + json.dumps(bench_output(None)) + "\n")
+    assert read_frontier_file(saved)["bench"] == "routing"
+    with pytest.raises(ConfigError, match="cannot read the frontier"):
+        read_frontier_file(tmp_path / "missing.json")
+    (tmp_path / "empty.json").write_text("nothing here\n")
+    with pytest.raises(ConfigError, match="holds no JSON object"):
+        read_frontier_file(tmp_path / "empty.json")
+
+
+def test_the_commands_tune_and_then_route_with_score_and_threshold(
+    folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = current_artifact_path(folder)
+    assert path is not None
+    (folder / "frontier.json").write_text(json.dumps(bench_output(load_artifact(path).model_hash)))
+    assert main(["router", "tune", "--max-quality-drop", "3", "--json"]) == 0
+    tuned = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert tuned["large_share"] == 0.25 and tuned["quality_drop_upper_points"] <= 3
+    assert main(["route", "status status"]) == 0
+    routed = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert routed["tier"] == "large"
+    assert routed["score"] > tuned["threshold"]
+    assert (routed["threshold"], routed["threshold_source"]) == (tuned["threshold"], "tuned")
+    assert main(["router", "tune", "--max-quality-drop", "0"]) == 1
+    assert "too few" in capsys.readouterr().err
