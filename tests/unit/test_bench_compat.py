@@ -184,6 +184,11 @@ def test_logprobs_spell_the_text_with_their_alternatives() -> None:
     check_logprobs(tokens, "Hello", top=2, completion_tokens=2)
     with pytest.raises(ProbeFailed, match="spell"):
         check_logprobs(tokens, "Help", top=2, completion_tokens=2)
+    # An answer that ended by itself may score its end token too (vLLM's server does).
+    ended = [*tokens, logprob("<|im_end|>", -0.2, ["<|im_end|>", "!"])]
+    check_logprobs(ended, "Hello", top=2, completion_tokens=3, ended=True)
+    with pytest.raises(ProbeFailed, match="spell"):
+        check_logprobs(ended, "Hello", top=2, completion_tokens=3)
     with pytest.raises(ProbeFailed, match="3 tokens"):
         check_logprobs(tokens, "Hello", top=2, completion_tokens=3)
     with pytest.raises(ProbeFailed, match="top_logprobs, not 3"):
