@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -383,3 +384,38 @@ def test_the_report_counts_passes_and_names_what_llmq_misses() -> None:
     table = compat.format_table(report)
     assert f"{probes[1].name:<24}pass  FAIL  HTTP 400: no" in table
     assert f"llmq missing: {probes[1].name}" in table
+
+
+def test_the_sides_run_one_after_the_other_and_their_table_is_printed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    events: list[str] = []
+
+    @contextlib.contextmanager
+    def server(side: str, settings: object, tier: Tier) -> Iterator[tuple[str, str, str]]:
+        events.append(f"start {side}")
+        yield f"http://{side}", "key", tier.value
+        events.append(f"stop {side}")
+
+    def probe_server(base_url: str, api_key: str, model: str, *, label: str) -> Json:
+        events.append(f"probe {label}")
+        passed = label == "vllm"
+        return {p.name: {"passed": passed, "detail": "" if passed else "no"} for p in PROBES}
+
+    monkeypatch.setattr(compat, "_server", server)
+    monkeypatch.setattr(compat, "probe_server", probe_server)
+    report = compat.run_compat(object(), tier=Tier.SMALL)  # type: ignore[arg-type]
+    assert events == [
+        "start vllm",
+        "probe vllm",
+        "stop vllm",
+        "start llmq",
+        "probe llmq",
+        "stop llmq",
+    ]
+    assert report["vllm_passed"] == report["total"] == len(PROBES)
+    assert report["llmq_passed"] == 0
+    assert report["llmq_missing"] == [p.name for p in PROBES]
+    assert f"passed: vllm {len(PROBES)}/{len(PROBES)}, llmq 0/{len(PROBES)}" in (
+        capsys.readouterr().err
+    )
