@@ -353,7 +353,9 @@ BENCHES: tuple[Bench, ...] = (
     ),
     Bench(
         "routing",
-        "mixed-workload simulation: routed vs all-large",
+        "the cost-quality frontier of auto routing on this host's small and large tiers "
+        "(each case answered once per tier, one engine at a time, the threshold swept "
+        "offline), and a mixed-workload simulation: routed vs all-large",
         _routing,
         (
             opt(
@@ -369,10 +371,34 @@ BENCHES: tuple[Bench, ...] = (
             opt("--output-tokens", default=200, help="tokens per request"),
             opt(
                 "--measured-cases",
-                default=60,
-                help="shipped cases run routed and all-large on this host's tiers (0: skip)",
+                default=344,
+                help="shipped cases answered on small and on large for the frontier (0: skip)",
             ),
-            opt("--measured-max-tokens", default=16, help="tokens per measured answer"),
+            opt(
+                "--measured-max-tokens",
+                default=0,
+                help="tokens per frontier answer (0: each case's own budget, else 32)",
+            ),
+            opt(
+                "--max-quality-drop",
+                default=3.0,
+                type=float,
+                help="the operating point: cheapest large share within this many points "
+                "of all-large, by the interval's bound",
+            ),
+            opt(
+                "--answers-dir",
+                default=None,
+                type=Path,
+                help="where the per-tier answers are stored (default: frontier/ in the "
+                "router's folder)",
+            ),
+            opt(
+                "--reuse-answers",
+                default=0,
+                help="1: evaluate the stored answers again where they cover the cases "
+                "(no engine for those tiers)",
+            ),
             opt(
                 "--local-profile",
                 default=1,

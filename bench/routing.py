@@ -1,4 +1,16 @@
-"""``llmq bench routing``: what auto routing saves on a mixed workload, by latency profile.
+"""``llmq bench routing``: the cost-quality frontier of auto routing, and a simulated mix.
+
+The frontier (``--measured-cases``, on this host's real tiers): every case is answered
+once on ``small`` and once on ``large``, one engine at a time, and the answers (text,
+score, latency, engine time) are stored as JSON; the router's decision score of each
+case (p(large)) is then swept offline from all-small to all-large
+(:mod:`producer.router.frontier`), so the whole curve costs two passes. The result
+names APGR, the large share needed for 80% and 95% of the quality gap, a random
+router's figures, and the operating point ``llmq router tune`` would pick (the
+cheapest share of large calls within ``--max-quality-drop`` points of all-large by the
+interval's bound). The frontier is written to ``frontier.json`` in the router's
+folder, where ``llmq router tune`` reads it; ``--reuse-answers 1`` evaluates the
+stored answers again (after retraining, say) without starting an engine.
 
 Each simulated request is a dataset text of the drawn tier (60% small, 25% medium,
 15% large by default) and asks for the same number of output tokens, so the two
@@ -18,8 +30,17 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import counted, median, step
+from producer.quality.cases import BENCH_POOL, Case, load_bench_pool, load_cases
 from producer.router.classifier import DifficultyClassifier
 from producer.router.dataset import load_examples
+from producer.router.frontier import (
+    Frontier,
+    TierPass,
+    compute_frontier,
+    engine_shares,
+    pick_operating_point,
+    tier_pass_from_json,
+)
 from producer.router.policy import TIER_ORDER, PolicyConfig, apply_policy
 from schemas.queues import Tier
 from schemas.settings import Settings
@@ -131,12 +152,16 @@ def run_routing(
     seed: int,
     output_tokens: int = OUTPUT_TOKENS,
     measured_cases: int = 0,
-    measured_max_tokens: int = 16,
+    measured_max_tokens: int = 0,
     local_profile: int = 1,
+    max_quality_drop: float = 3.0,
+    answers_dir: Path | None = None,
+    reuse_answers: int = 0,
 ) -> dict[str, Any]:
     """Simulate on the local measured profile (unless ``local_profile`` is 0: it starts
-    the small engine) and on the given GPU profile; with ``measured_cases``, also run
-    the real tiers of this host (``measured_*`` figures)."""
+    the small engine) and on the given GPU profile; with ``measured_cases``, also
+    measure the frontier on the real small and large tiers of this host (see the module
+    docstring)."""
     gpu_profile = json.loads(profile_path.read_text())
     profiles = [measure_local_profile(settings), gpu_profile] if local_profile else [gpu_profile]
     results = [
@@ -154,14 +179,15 @@ def run_routing(
     gpu = results[-1]
     measured: dict[str, Any] = {}
     if measured_cases:
-        from bench.harness import bench_database
-        from bench.real_tiers import measure_real_tiers
-
-        # The tiers' workers record their jobs: in a scratch database, not the host's.
-        with bench_database(settings) as scratch:
-            measured = measure_real_tiers(
-                scratch, classifier, policy, cases=measured_cases, max_tokens=measured_max_tokens
-            )
+        measured = measure_frontier(
+            settings,
+            classifier,
+            cases=measured_cases,
+            max_tokens=measured_max_tokens,
+            max_quality_drop=max_quality_drop,
+            answers_dir=answers_dir or settings.router_folder / "frontier",
+            reuse_answers=bool(reuse_answers),
+        )
     return {
         "bench": "routing",
         "mix": {tier.value: share for tier, share in mix.items()},
@@ -175,7 +201,225 @@ def run_routing(
         "local_profile": profiles[0]["tiers"] if local_profile else None,
         "sources": {
             "routed_mean_ms": "simulated (GPU profile)",
-            "measured_routed_mean_ms": "measured on this host" if measured_cases else "skipped",
+            "measured_routed_mean_ms": "measured on this host (the tuned operating point)"
+            if measured_cases
+            else "skipped",
         },
         **measured,
     }
+
+
+FRONTIER_TIERS = (Tier.SMALL, Tier.LARGE)
+
+
+def frontier_cases(count: int) -> list[Case]:
+    """``count`` shipped cases, spread evenly over the bench pool (over the whole file
+    when more are asked for than the pool holds)."""
+    shipped = load_bench_pool() if count <= BENCH_POOL else load_cases()
+    return shipped[:: max(1, len(shipped) // count)][:count]
+
+
+def decision_scores(classifier: DifficultyClassifier, cases: list[Case]) -> dict[str, float]:
+    """The router's decision score of each case: p(large) of its latest user turn."""
+    scores = {}
+    for case in cases:
+        text = next(m["content"] for m in reversed(case.chat()) if m.get("role") == "user")
+        scores[case.id] = classifier.predict(text).probabilities[Tier.LARGE.value]
+    return scores
+
+
+def stored_pass(
+    tier: Tier, cases: list[Case], answers: Any, *, model: str, wall_s: float, max_tokens: int
+) -> dict[str, Any]:
+    """One tier's answers as stored: each scored by its case's rule, with its latency
+    and its share of the block's engine time (a failed job scores 0)."""
+    from producer.quality.scoring import score
+
+    ordered = [answers[case.id] for case in cases]
+    shares = engine_shares(wall_s, [a.total_ms if a.ok else None for a in ordered])
+    rows = []
+    for case, answer, engine_s in zip(cases, ordered, shares, strict=True):
+        value = float(score(case, answer.text)) if answer.ok else 0.0
+        rows.append(
+            {
+                "case_id": case.id,
+                "text": answer.text,
+                "ok": answer.ok,
+                "error": answer.error,
+                "ttft_ms": answer.ttft_ms,
+                "total_ms": answer.total_ms if answer.ok else None,
+                "completion_tokens": answer.completion_tokens,
+                "score": value,
+                "engine_s": round(engine_s, 4),
+            }
+        )
+    return {
+        "tier": tier.value,
+        "model": model,
+        "wall_s": round(wall_s, 3),
+        "max_tokens": max_tokens or None,
+        "cases": len(cases),
+        "answers": rows,
+    }
+
+
+def _stored(path: Path, cases: list[Case]) -> dict[str, Any] | None:
+    """A stored pass at ``path`` that answers every one of ``cases``, else None."""
+    if not path.is_file():
+        return None
+    data: dict[str, Any] = json.loads(path.read_text())
+    have = {row.get("case_id") for row in data.get("answers", [])}
+    return data if have >= {case.id for case in cases} else None
+
+
+def answer_tiers(
+    settings: Settings,
+    cases: list[Case],
+    *,
+    max_tokens: int,
+    answers_dir: Path,
+    reuse_answers: bool,
+    concurrency: int = 4,
+) -> dict[Tier, TierPass]:
+    """Every case answered on small, then on large (one worker and engine at a time),
+    stored as ``answers-<tier>.json`` in ``answers_dir``; with ``reuse_answers``, a
+    stored pass that covers the cases is read instead of run."""
+    from bench.harness import bench_database
+    from producer.client import Client
+    from producer.quality.blocks import worker_block
+    from producer.quality.gate import counting_answers
+    from producer.quality.runner import run_cases
+
+    answers_dir.mkdir(parents=True, exist_ok=True)
+    found = {
+        tier: _stored(answers_dir / f"answers-{tier.value}.json", cases) if reuse_answers else None
+        for tier in FRONTIER_TIERS
+    }
+    missing = [tier for tier in FRONTIER_TIERS if found[tier] is None]
+    if missing:
+        # The tiers' workers record their jobs: in a scratch database, not the host's.
+        with bench_database(settings) as scratch, Client(scratch) as client:
+            for tier in missing:
+                with (
+                    worker_block(scratch, tier, say=_stderr_line),
+                    counted(f"frontier, {tier} tier", len(cases), unit="cases") as bar,
+                ):
+                    run = run_cases(
+                        client,
+                        tier,
+                        cases,
+                        max_tokens=max_tokens or None,
+                        concurrency=concurrency,
+                        on_answer=counting_answers(bar),
+                    )
+                model = settings.tier(tier).model
+                stored = stored_pass(
+                    tier, cases, run.answers, model=model, wall_s=run.wall_s, max_tokens=max_tokens
+                )
+                path = answers_dir / f"answers-{tier.value}.json"
+                path.write_text(json.dumps(stored, indent=1) + "\n")
+                found[tier] = stored
+    wanted = {case.id for case in cases}
+    passes = {}
+    for tier, data in found.items():
+        assert data is not None
+        rows = [row for row in data["answers"] if row["case_id"] in wanted]
+        passes[tier] = tier_pass_from_json({**data, "answers": rows})
+    return passes
+
+
+def measure_frontier(
+    settings: Settings,
+    classifier: DifficultyClassifier,
+    *,
+    cases: int,
+    max_tokens: int,
+    max_quality_drop: float,
+    answers_dir: Path,
+    reuse_answers: bool,
+) -> dict[str, Any]:
+    """The frontier's figures, written to ``frontier.json`` in the router's folder."""
+    from producer.router.tuning import FRONTIER_FILE
+
+    chosen = frontier_cases(cases)
+    passes = answer_tiers(
+        settings,
+        chosen,
+        max_tokens=max_tokens,
+        answers_dir=answers_dir,
+        reuse_answers=reuse_answers,
+    )
+    scores = decision_scores(classifier, chosen)
+    with step(f"the frontier over {len(chosen)} cases"):
+        frontier = compute_frontier(
+            passes[Tier.SMALL], passes[Tier.LARGE], scores, router=classifier.model_hash
+        )
+    result = frontier_summary(frontier, max_quality_drop=max_quality_drop)
+    result["answers_dir"] = str(answers_dir)
+    result["measured_models"] = {tier.value: settings.tier(tier).model for tier in FRONTIER_TIERS}
+    path = settings.router_folder / FRONTIER_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result) + "\n")
+    result["frontier_file"] = str(path)
+    return result
+
+
+def frontier_summary(frontier: Frontier, *, max_quality_drop: float) -> dict[str, Any]:
+    """The bench's frontier figures: the issue's keys at the top, the sweep under
+    ``frontier``, and the old ``measured_*`` keys (the tuned point against all-large)."""
+    from schemas.errors import ConfigError
+
+    everything = frontier.points[-1]
+    try:
+        point = pick_operating_point(frontier, max_quality_drop_points=max_quality_drop)
+    except ConfigError as exc:
+        # Too few cases to bound the drop: the curve still stands, without a tuned point.
+        return {
+            **_curve(frontier),
+            "max_quality_drop_points": max_quality_drop,
+            "tuned_error": str(exc),
+            "frontier": frontier.model_dump(mode="json"),
+        }
+    tuned = next(p for p in frontier.points if p.threshold == point.threshold)
+    return {
+        **_curve(frontier),
+        "max_quality_drop_points": max_quality_drop,
+        "tuned_threshold": point.threshold,
+        "large_share": round(point.large_share, 4),
+        "quality_drop_points": point.quality_drop_points,
+        "quality_drop_upper_points": point.quality_drop_upper_points,
+        "latency_ratio_vs_all_large": point.latency_ratio_vs_all_large,
+        "p95_latency_ratio_vs_all_large": point.p95_latency_ratio_vs_all_large,
+        "engine_s_ratio_vs_all_large": point.engine_s_ratio_vs_all_large,
+        "measured_cases": frontier.cases,
+        "measured_routed_mean_ms": tuned.mean_ms,
+        "measured_all_large_mean_ms": everything.mean_ms,
+        "measured_ratio": point.latency_ratio_vs_all_large,
+        "measured_quality_routed": round(tuned.quality.value, 4),
+        "measured_quality_all_large": round(everything.quality.value, 4),
+        "frontier": frontier.model_dump(mode="json"),
+    }
+
+
+def _curve(frontier: Frontier) -> dict[str, Any]:
+    return {
+        "scored_cases": frontier.cases,
+        "quality_small": round(frontier.quality_small, 4),
+        "quality_large": round(frontier.quality_large, 4),
+        "apgr": _round(frontier.apgr),
+        "large_share_for_80pct": _round(frontier.large_share_for_80pct),
+        "large_share_for_95pct": _round(frontier.large_share_for_95pct),
+        "random_apgr": _round(frontier.random.apgr),
+        "random_large_share_for_80pct": _round(frontier.random.large_share_for_80pct),
+        "random_large_share_for_95pct": _round(frontier.random.large_share_for_95pct),
+    }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _stderr_line(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr, flush=True)

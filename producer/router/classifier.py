@@ -46,7 +46,13 @@ class DifficultyClassifier:
         self._scale = artifact.scale
         self._weights = artifact.weights
         self._bias = artifact.bias
+        self._artifact = artifact
         self.metadata = artifact.metadata
+
+    @property
+    def model_hash(self) -> str:
+        """The artifact's ``model_hash`` (what a measured frontier was scored with)."""
+        return self._artifact.model_hash
 
     def probabilities(self, texts: list[str]) -> Matrix:
         features = (self._embedder.embed_many(texts) - self._mean) / self._scale
