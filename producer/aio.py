@@ -219,7 +219,7 @@ class AsyncJobHandle:
 
     async def result(self, *, timeout: float | None = None) -> JobResult:
         """Wait for the final text and timings; raises ``JobFailed`` or ``JobTimeout``."""
-        logprobs: list[TokenLogprob] | None = None
+        logprobs: dict[int, list[TokenLogprob]] = {}
         if self._terminal is None:
             async for event in self.events(timeout=timeout):
                 logprobs = with_logprobs(logprobs, event)

@@ -548,7 +548,7 @@ class JobHandle:
 
     def result(self, *, timeout: float | None = None) -> JobResult:
         """Wait for the final text and timings; raises ``JobFailed`` or ``JobTimeout``."""
-        logprobs: list[TokenLogprob] | None = None
+        logprobs: dict[int, list[TokenLogprob]] = {}
         if self._terminal is None:
             for event in self.events(timeout=timeout):
                 logprobs = with_logprobs(logprobs, event)
@@ -558,11 +558,13 @@ class JobHandle:
         )
 
 
-def with_logprobs(logprobs: list[TokenLogprob] | None, event: Event) -> list[TokenLogprob] | None:
-    """``logprobs`` extended by a token event's own, if it has any."""
-    if not isinstance(event, TokenEvent) or event.logprobs is None:
-        return logprobs
-    return [*(logprobs or []), *event.logprobs]
+def with_logprobs(
+    logprobs: dict[int, list[TokenLogprob]], event: Event
+) -> dict[int, list[TokenLogprob]]:
+    """``logprobs`` (by choice) extended by a token event's own, if it has any."""
+    if isinstance(event, TokenEvent) and event.logprobs is not None:
+        logprobs.setdefault(event.index, []).extend(event.logprobs)
+    return logprobs
 
 
 def result_from_terminal(
@@ -571,13 +573,20 @@ def result_from_terminal(
     priority: Priority,
     terminal: TerminalEvent,
     *,
-    logprobs: list[TokenLogprob] | None = None,
+    logprobs: dict[int, list[TokenLogprob]] | None = None,
 ) -> JobResult:
     """The caller's view of a terminal event; raises ``JobFailed`` for an error event.
 
-    ``logprobs``: those of the job's token events, read on the way to it."""
+    ``logprobs``: those of the job's token events, by choice, read on the way to it."""
     if isinstance(terminal, ErrorEvent):
         raise job_ended(job_id, terminal.message, terminal.status)
+    logprobs = logprobs or {}
+    choices = None
+    if terminal.choices is not None:
+        choices = [
+            choice.model_copy(update={"logprobs": logprobs.get(choice.index)})
+            for choice in terminal.choices
+        ]
     return JobResult(
         job_id=job_id,
         status=JobStatus.DONE,
@@ -588,5 +597,6 @@ def result_from_terminal(
         timings=terminal.timings,
         worker_id=terminal.worker_id,
         finish_reason=terminal.finish_reason,
-        logprobs=logprobs,
+        logprobs=logprobs.get(0),
+        choices=choices,
     )

@@ -15,7 +15,7 @@ from schemas.boundary import DATABASE_ERRORS, database_boundary, database_error
 from schemas.db import job_row_exists, one_statement
 from schemas.db_clock import db_now
 from schemas.errors import IdempotencyConflict, InvalidRequest, JobNotFound
-from schemas.events import FinalEvent, TerminalEvent, Timings, Usage, error_event
+from schemas.events import ChoiceOutput, FinalEvent, TerminalEvent, Timings, Usage, error_event
 from schemas.jobs import CANCELLED_MESSAGE, JobStatus, could_be_job_id
 from schemas.queues import Priority, Tier
 from schemas.requests import GenerationRequest, RoutingDecision
@@ -247,6 +247,9 @@ def terminal_event_from_row(job: Job, seq: int) -> TerminalEvent | None:
                 total_ms=job.total_ms or 0.0,
             ),
             worker_id=job.worker_id or "",
+            choices=[ChoiceOutput.model_validate(c) for c in job.output_choices]
+            if job.output_choices is not None
+            else None,
         )
     if JobStatus(job.status).is_final:
         return error_event(seq, job.error or f"the job ended {job.status}", job.status)

@@ -71,6 +71,12 @@ class TokenEvent(BaseModel):
     )
     """Each token of ``text`` with its log probability, for a request that asked for
     them (``Sampling.logprobs``); left out otherwise."""
+    index: int = Field(default=0, ge=0, exclude_if=lambda value: value == 0)
+    """Which choice the text belongs to, for a request of several (``n``); left out for
+    the first, so a one-choice job's events are what they always were."""
+    finish_reason: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    """Set on a choice's last token event, for a request of several choices: a later
+    attempt goes on with the choices that had not finished."""
 
 
 class AttemptEvent(BaseModel):
@@ -82,6 +88,21 @@ class AttemptEvent(BaseModel):
     seq: int = Field(ge=0)
     attempt: int = Field(ge=2)
     resumed_chars: int = Field(ge=0)
+
+
+class ChoiceOutput(BaseModel):
+    """One choice of a request for several (``n``): its whole text and why it ended."""
+
+    model_config = ConfigDict(frozen=True)
+
+    index: int = Field(ge=0)
+    text: str
+    finish_reason: str | None = None
+    logprobs: list[TokenLogprob] | None = Field(
+        default=None, exclude_if=lambda value: value is None
+    )
+    """Its tokens' log probabilities, where asked for: gathered from its token events by
+    a reader, never sent in the final event."""
 
 
 class FinalEvent(BaseModel):
@@ -96,6 +117,9 @@ class FinalEvent(BaseModel):
     usage: Usage
     timings: Timings
     worker_id: str
+    choices: list[ChoiceOutput] | None = Field(default=None, exclude_if=lambda value: value is None)
+    """Every choice, in order, for a request of several (``n``); ``text`` and
+    ``finish_reason`` are then the first one's. Left out for one choice."""
 
 
 class ErrorEvent(BaseModel):

@@ -6,7 +6,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
 
-from schemas.events import Timings, TokenLogprob, Usage
+from schemas.events import ChoiceOutput, Timings, TokenLogprob, Usage
 from schemas.queues import Priority, Tier
 
 
@@ -71,3 +71,6 @@ class JobResult(BaseModel):
     finish_reason: str | None = None
     logprobs: list[TokenLogprob] | None = None
     """Each token's log probability, for a request that asked (``Sampling.logprobs``)."""
+    choices: list[ChoiceOutput] | None = None
+    """Every choice, for a request of several (``n``); ``text``, ``finish_reason`` and
+    ``logprobs`` are then the first one's."""

@@ -23,6 +23,8 @@ from schemas.sampling import Sampling, StructuredOutput
 from schemas.text import database_text, valid_unicode
 from schemas.tools import MAX_TOOLS, ToolCall, ToolChoice, ToolSpec, ToolUse
 
+MAX_CHOICES = 16
+"""Most choices (``n``) one request may ask for: each is a request to the engine."""
 MAX_TOKENS_CEILING = 32_768
 """No tier serves more; the per-tier context check at submit is stricter."""
 
@@ -106,6 +108,13 @@ class GenerationRequest(BaseModel):
         description="the caller's own id for its end user (OpenAI's user); stored, "
         "not used to generate",
     )
+    n: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_CHOICES,
+        exclude_if=lambda value: value == 1,
+        description="how many answers (choices) to generate, each its own engine request",
+    )
     raw_prompt: bool = Field(
         default=False,
         exclude_if=lambda value: not value,
@@ -185,6 +194,9 @@ class GenerationRequest(BaseModel):
     def _has_user_turn(self) -> GenerationRequest:
         if not any(message.role == "user" for message in self.messages):
             raise ValueError("messages must contain at least one user message")
+        if self.n > 1 and self.tools:
+            # A tool answer is read whole from one text; several would each need it.
+            raise ValueError("n above 1 is not served with tools")
         if self.raw_prompt and (len(self.messages) != 1 or self.system_prompt is not None):
             # The model continues the prompt's text itself: there is no template to put
             # turns or a system prompt in.

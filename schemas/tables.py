@@ -70,6 +70,9 @@ class Job(Base):
     corrected_tier: Mapped[str | None] = mapped_column(String(16))
     output_text: Mapped[str | None] = mapped_column(Text)
     finish_reason: Mapped[str | None] = mapped_column(String(32))
+    output_choices: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
+    """Every choice (index, text, finish_reason) of a job that asked for several
+    (``n``); ``output_text`` and ``finish_reason`` are the first one's. None otherwise."""
     queue_wait_ms: Mapped[float | None] = mapped_column(Float)
     ttft_ms: Mapped[float | None] = mapped_column(Float)
     total_ms: Mapped[float | None] = mapped_column(Float)

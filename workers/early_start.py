@@ -78,6 +78,8 @@ def start_early(runtime: WorkerRuntime, job_id: str, hint: JobHint | None) -> Ea
     started_at = time.monotonic()
     try:
         request = parse_request(hint.request)
+        if request.n > 1:
+            return None  # its choices start together after the claim (workers.choices)
         prompt = prompt_ids(request, runtime)
         check_context(len(prompt), request.max_tokens, runtime)
     except LlmqError:

@@ -14,11 +14,12 @@ import redis
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from schemas.errors import EngineDead, LlmqError
-from schemas.events import Timings, Usage
+from schemas.events import ChoiceOutput, Timings, Usage
 from schemas.jobs import CANCELLED_MESSAGE, JobStatus
 from schemas.messages import ROW_WAIT_S
 from schemas.queues import SERVICE_MS_KEY, Priority
 from schemas.requests import GenerationRequest
+from workers.choices import generate_choices
 from workers.conversations import in_conversation
 from workers.early_start import EarlyStart, JobHint, start_early
 from workers.engine.base import DeltaStream
@@ -52,6 +53,8 @@ class Generation:
     finish_reason: str | None = None
     ttft_ms: float | None = None
     engine_ttft_ms: float | None = None
+    choices: list[ChoiceOutput] | None = None
+    """Every choice, for a request of several (``n``); ``text`` is the first one's."""
 
     @property
     def text(self) -> str:
@@ -166,6 +169,7 @@ def _finish(
             usage=usage,
             timings=timings,
             in_conversation=in_conversation(claimed.request),
+            choices=generation.choices,
         ),
         what=f"record the result of job {job_id}",
     )
@@ -178,6 +182,7 @@ def _finish(
         usage=usage,
         timings=timings,
         worker_id=runtime.worker_id,
+        choices=generation.choices,
     )
     # After the final event: its reader waits for nothing below.
     record_service_ms(runtime, timings.total_ms - timings.queue_wait_ms)
@@ -185,6 +190,8 @@ def _finish(
         runtime.recent_first_tokens.record(timings.engine_ttft_ms / 1000.0)
     if claimed.priority == Priority.INTERACTIVE and timings.ttft_ms is not None:
         tokens = usage.completion_tokens
+        if generation.choices:  # generated side by side: a token's time is one choice's
+            tokens //= len(generation.choices)
         if tokens > 1:
             runtime.interactive_inter_token(
                 (timings.total_ms - timings.ttft_ms) / (tokens - 1) / 1000.0
@@ -248,8 +255,11 @@ def generate(
 
     With ``resumed_text`` (what earlier attempts streamed), the model continues that
     text rather than starting over, so readers see one coherent answer. With ``early``,
-    the engine is already on it (started from the message, before the claim).
+    the engine is already on it (started from the message, before the claim). A request
+    for several choices (``n``) runs them side by side (``workers.choices``).
     """
+    if early is None and claimed.request.get("n", 1) != 1:
+        return _generate_choices(runtime, claimed, publisher, running)
     started = (
         _Started(
             early.request, early.prompt_ids, early.deltas, early.started_at, ticket=early.ticket
@@ -301,6 +311,28 @@ def generate(
         system_prompt=started.request.system_prompt,
     )
     return generation
+
+
+def _generate_choices(
+    runtime: WorkerRuntime, claimed: ClaimedJob, publisher: StreamPublisher, running: RunningJob
+) -> Generation:
+    request = parse_request(claimed.request)
+    outcome = generate_choices(runtime, claimed, publisher, running, request)
+    runtime.prefix_stats.record(
+        prompt_tokens=outcome.prompt_tokens,
+        cached_tokens=outcome.cached_prompt_tokens,
+        system_prompt=request.system_prompt,
+    )
+    return Generation(
+        resumed_text=outcome.choices[0].text,
+        prompt_tokens=outcome.prompt_tokens,
+        cached_prompt_tokens=outcome.cached_prompt_tokens,
+        completion_tokens=outcome.completion_tokens,
+        finish_reason=outcome.finish_reason,
+        ttft_ms=outcome.ttft_ms,
+        engine_ttft_ms=outcome.engine_ttft_ms,
+        choices=outcome.choices,
+    )
 
 
 def _start(

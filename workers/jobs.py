@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeGuard
@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from schemas.boundary import database_boundary
 from schemas.db import job_row_exists, one_statement
 from schemas.db_clock import db_now
-from schemas.events import Timings, Usage
+from schemas.events import ChoiceOutput, Timings, Usage
 from schemas.jobs import JobStatus
 from schemas.retry import retry_call
 from schemas.tables import Job, as_utc
@@ -184,9 +184,11 @@ def finish_job(
     usage: Usage,
     timings: Timings,
     in_conversation: bool = True,
+    choices: Sequence[ChoiceOutput] | None = None,
 ) -> bool:
     """Record the output of ``attempt``; False (nothing written) if the job ended or
-    moved on to another attempt.
+    moved on to another attempt. ``choices``: every choice of a job that asked for
+    several (``text`` and ``finish_reason`` are the first one's).
 
     A job outside a conversation (``in_conversation`` False) is recorded with one
     conditional ``UPDATE`` in autocommit: its final event waits for this write, and on
@@ -206,6 +208,8 @@ def finish_job(
         "total_ms": timings.total_ms,
         "finished_at": db_now(),
     }
+    if choices is not None:
+        outcome["output_choices"] = [choice.model_dump(mode="json") for choice in choices]
     if not in_conversation:
         finish = (
             update(Job)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import redis
 
 from schemas.events import (
     AttemptEvent,
+    ChoiceOutput,
     FinalEvent,
     Timings,
     TokenEvent,
@@ -19,6 +21,14 @@ from schemas.events import (
 from schemas.jobs import JobStatus
 from schemas.stream_log import EventLog
 from workers.append_combiner import AppendCombiner
+
+
+@dataclass
+class StreamedChoice:
+    """One choice's text as streamed so far, and why it ended (None: it goes on)."""
+
+    text: str = ""
+    finish_reason: str | None = None
 
 
 class StreamPublisher:
@@ -68,11 +78,35 @@ class StreamPublisher:
         self._emit(event.model_dump_json())
         return streamed
 
-    def token(self, text: str, logprobs: Sequence[TokenLogprob] = ()) -> None:
+    def token(
+        self,
+        text: str,
+        logprobs: Sequence[TokenLogprob] = (),
+        *,
+        index: int = 0,
+        finish_reason: str | None = None,
+    ) -> None:
         """Publish one chunk of generated text, with its tokens' log probabilities
-        where the request asked for them."""
-        event = TokenEvent(seq=self.seq, text=text, logprobs=list(logprobs) or None)
+        where the request asked for them; ``index`` and ``finish_reason`` (on its last
+        chunk) for a choice of a request of several."""
+        event = TokenEvent(
+            seq=self.seq,
+            text=text,
+            logprobs=list(logprobs) or None,
+            index=index,
+            finish_reason=finish_reason,
+        )
         self._emit(event.model_dump_json())
+
+    def streamed_choices(self, n: int) -> list[StreamedChoice]:
+        """What earlier attempts (the log taken over) streamed of each of ``n`` choices."""
+        choices = [StreamedChoice() for _ in range(n)]
+        for event in (parse_event(raw) for raw in self._sent):
+            if isinstance(event, TokenEvent) and event.index < n:
+                choice = choices[event.index]
+                choice.text += event.text
+                choice.finish_reason = event.finish_reason or choice.finish_reason
+        return choices
 
     def final(
         self,
@@ -82,8 +116,10 @@ class StreamPublisher:
         usage: Usage,
         timings: Timings,
         worker_id: str,
+        choices: Sequence[ChoiceOutput] | None = None,
     ) -> None:
-        """Publish the terminal success event."""
+        """Publish the terminal success event (with every choice, for a request of
+        several)."""
         event = FinalEvent(
             seq=self.seq,
             text=text,
@@ -91,6 +127,7 @@ class StreamPublisher:
             usage=usage,
             timings=timings,
             worker_id=worker_id,
+            choices=list(choices) if choices is not None else None,
         )
         self._emit(event.model_dump_json())
 

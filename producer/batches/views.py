@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from producer.gateway.openai_models import completion
-from schemas.events import Timings, Usage
+from schemas.events import ChoiceOutput, Timings, Usage
 from schemas.jobs import JobStatus
 from schemas.tables import Batch, BatchFile, Job, as_utc
 from schemas.tools import stored_tool_use
@@ -77,6 +77,9 @@ def output_line(job: Job) -> str:
         ),
         tier=job.tier,
         tool_use=stored_tool_use(job.request or {}),
+        choices=[ChoiceOutput.model_validate(c) for c in job.output_choices]
+        if job.output_choices is not None
+        else None,
     )
     body["created"] = epoch(job.finished_at) or body["created"]
     line = {

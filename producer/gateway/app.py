@@ -22,10 +22,10 @@ from prometheus_client import generate_latest
 from producer.aio import AsyncClient, AsyncJobHandle
 from producer.gateway import openai_models as oai
 from producer.gateway.batches import FILES_PATH, add_batch_api
+from producer.gateway.choice_stream import chat_choice_events
 from producer.gateway.completions import (
     CompletionRequest,
     completion_sse_events,
-    legacy_logprobs,
     text_completion,
 )
 from producer.gateway.conversations import add_conversation_routes, conversation_of
@@ -238,7 +238,11 @@ class Gateway:
             request, identity, stream=body.stream, submit=partial(self._submit, body)
         )
         if body.stream:
-            events = sse_events(
+            # Several choices stream each apart (choice_stream); a tool answer is one.
+            stream = (
+                chat_choice_events if body.n > 1 else partial(sse_events, tool_use=body.tool_use())
+            )
+            events = stream(
                 handle,
                 model=body.model,
                 from_seq=resume[1] + 1 if resume else 0,
@@ -246,7 +250,6 @@ class Gateway:
                 metrics=self.metrics,
                 started=started,
                 timeout=RESULT_TIMEOUT_S,
-                tool_use=body.tool_use(),
             )
             return SseResponse(
                 events,
@@ -269,6 +272,7 @@ class Gateway:
                 tier=result.tier.value,
                 logprobs=(result.logprobs or []) if body.logprobs else None,
                 tool_use=body.tool_use(),
+                choices=result.choices,
             ),
             headers=tier_headers(handle),
         )
@@ -306,9 +310,6 @@ class Gateway:
         finally:
             await handle.aclose()
         self.metrics.requests.labels(body.model, "200").inc()
-        logprobs = None
-        if body.logprobs is not None:
-            logprobs = legacy_logprobs(result.logprobs or [], top=body.logprobs)
         return JSONResponse(
             text_completion(
                 job_id=result.job_id,
@@ -318,7 +319,9 @@ class Gateway:
                 usage=result.usage,
                 timings=result.timings,
                 tier=result.tier.value,
-                logprobs=logprobs,
+                logprobs=body.logprobs,
+                tokens=result.logprobs or [],
+                choices=result.choices,
             ),
             headers=tier_headers(handle),
         )

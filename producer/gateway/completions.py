@@ -22,11 +22,11 @@ from pydantic_core import PydanticCustomError
 
 from producer.aio import AsyncJobHandle
 from producer.gateway import openai_models as oai
-from producer.gateway.errors import http_error_for
+from producer.gateway.choice_stream import choice_sse_events
 from producer.gateway.metrics import GatewayMetrics
-from producer.gateway.sse import encode
-from schemas.errors import InvalidRequest, LlmqError, job_ended
-from schemas.events import ErrorEvent, FinalEvent, Timings, TokenEvent, TokenLogprob, Usage
+from schemas.errors import InvalidRequest
+from schemas.events import ChoiceOutput, Timings, TokenEvent, TokenLogprob, Usage
+from schemas.requests import MAX_CHOICES
 from schemas.sampling import MAX_TOP_LOGPROBS
 
 DEFAULT_MAX_TOKENS = 16
@@ -60,7 +60,7 @@ class CompletionRequest(BaseModel):
     top_p: float | None = None
     stop: str | list[str] | None = None
     seed: int | None = None
-    n: int = Field(default=1, ge=1, le=1, description="llmq returns one choice")
+    n: int = Field(default=1, ge=1, le=MAX_CHOICES, description="choices, each its own request")
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS, strict=True)
@@ -161,6 +161,7 @@ class CompletionRequest(BaseModel):
             "stop": [self.stop] if isinstance(self.stop, str) else self.stop,
             "user": self.user,
             "sampling": self._sampling() or None,
+            "n": self.n if self.n > 1 else None,
         }
         request.update({k: v for k, v in optional.items() if v is not None})
         return request
@@ -225,9 +226,17 @@ def text_completion(
     usage: Usage,
     timings: Timings,
     tier: str,
-    logprobs: dict[str, Any] | None = None,
+    logprobs: int | None = None,
+    tokens: Sequence[TokenLogprob] = (),
+    choices: Sequence[ChoiceOutput] | None = None,
 ) -> dict[str, Any]:
-    """A ``text_completion`` object; ``logprobs`` (``legacy_logprobs``) where asked for."""
+    """A ``text_completion`` object: one choice of ``text`` (whose tokens are
+    ``tokens``), or with ``choices`` (a request for several) one each; with
+    ``logprobs`` (the request's), each choice's in the legacy shape."""
+    if choices is None:
+        choices = [
+            ChoiceOutput(index=0, text=text, finish_reason=finish_reason, logprobs=list(tokens))
+        ]
     return {
         "id": completion_id(job_id),
         "object": "text_completion",
@@ -235,11 +244,14 @@ def text_completion(
         "model": model,
         "choices": [
             {
-                "index": 0,
-                "text": text,
-                "logprobs": logprobs,
-                "finish_reason": finish_reason or "stop",
+                "index": choice.index,
+                "text": choice.text,
+                "logprobs": None
+                if logprobs is None
+                else legacy_logprobs(choice.logprobs or [], top=logprobs),
+                "finish_reason": choice.finish_reason or "stop",
             }
+            for choice in choices
         ],
         "usage": oai.usage_block(usage),
         "llmq": {"job_id": job_id, "tier": tier, "timings": timings.model_dump()},
@@ -254,8 +266,10 @@ def text_chunk(
     finish_reason: str | None = None,
     logprobs: dict[str, Any] | None = None,
     usage: Usage | None = None,
+    index: int = 0,
 ) -> dict[str, Any]:
-    """One streamed ``text_completion`` chunk; with ``usage``, the usage chunk (no choices)."""
+    """One streamed ``text_completion`` chunk (of choice ``index``); with ``usage``, the
+    usage chunk (no choices)."""
     body: dict[str, Any] = {
         "id": completion_id(job_id),
         "object": "text_completion",
@@ -263,14 +277,14 @@ def text_chunk(
         "model": model,
         "choices": []
         if usage
-        else [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}],
+        else [{"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}],
     }
     if usage is not None:
         body["usage"] = oai.usage_block(usage)
     return body
 
 
-async def completion_sse_events(
+def completion_sse_events(
     handle: AsyncJobHandle,
     *,
     model: str,
@@ -283,46 +297,34 @@ async def completion_sse_events(
 ) -> AsyncIterator[bytes]:
     """Chunks from ``from_seq`` on, then ``[DONE]``; each SSE id is ``<job id>.<seq>``.
 
-    With ``logprobs``, a resumed stream reads the job's events from the start (sending
-    none before ``from_seq``), so each token's ``text_offset`` counts the text before it.
+    Each token's ``text_offset`` (with ``logprobs``) counts its choice's text before
+    it, in a resumed stream too.
     """
     job_id = handle.job_id
-    first = from_seq == 0
-    chars = 0
-    status = "200"
-    try:
-        read_from = 0 if logprobs is not None else from_seq
-        async for event in handle.events(from_seq=read_from, timeout=timeout):
-            event_id = f"{job_id}.{event.seq}"
-            if isinstance(event, TokenEvent):
-                offset, chars = chars, chars + len(event.text)
-                if event.seq < from_seq:
-                    continue
-                if first:
-                    metrics.ttft.labels(model).observe(time.perf_counter() - started)
-                    first = False
-                block = None
-                if logprobs is not None:
-                    block = legacy_logprobs(event.logprobs or [], top=logprobs, offset=offset)
-                chunk = text_chunk(job_id=job_id, model=model, text=event.text, logprobs=block)
-                yield encode(event_id, chunk)
-            elif event.seq < from_seq:
-                continue
-            elif isinstance(event, FinalEvent):
-                reason = event.finish_reason or "stop"
-                yield encode(event_id, text_chunk(job_id=job_id, model=model, finish_reason=reason))
-                if include_usage:
-                    usage = text_chunk(job_id=job_id, model=model, usage=event.usage)
-                    yield encode(event_id, usage)
-            elif isinstance(event, ErrorEvent):
-                http = http_error_for(job_ended(job_id, event.message, event.status))
-                status = str(http.status)
-                error = oai.error_body(event.message, kind=http.kind, code=http.code)
-                yield encode(event_id, error)
-    except LlmqError as exc:
-        http = http_error_for(exc)
-        status = str(http.status)
-        yield encode(None, oai.error_body(str(exc), kind=http.kind, code=http.code))
-    finally:
-        metrics.requests.labels(model, status).inc()
-    yield b"data: [DONE]\n\n"
+
+    def piece(event: TokenEvent, before: int, _opening: bool) -> dict[str, Any]:
+        block = None
+        if logprobs is not None:
+            block = legacy_logprobs(event.logprobs or [], top=logprobs, offset=before)
+        return text_chunk(
+            job_id=job_id, model=model, text=event.text, logprobs=block, index=event.index
+        )
+
+    def finish(index: int, reason: str) -> dict[str, Any]:
+        return text_chunk(job_id=job_id, model=model, finish_reason=reason, index=index)
+
+    def usage_chunk(usage: Usage) -> dict[str, Any]:
+        return text_chunk(job_id=job_id, model=model, usage=usage)
+
+    return choice_sse_events(
+        handle,
+        model=model,
+        from_seq=from_seq,
+        include_usage=include_usage,
+        metrics=metrics,
+        started=started,
+        timeout=timeout,
+        piece=piece,
+        finish=finish,
+        usage_chunk=usage_chunk,
+    )

@@ -18,7 +18,8 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from schemas.errors import InvalidRequest
-from schemas.events import Timings, TokenLogprob, Usage
+from schemas.events import ChoiceOutput, Timings, TokenLogprob, Usage
+from schemas.requests import MAX_CHOICES
 from schemas.sampling import MAX_TOP_LOGPROBS
 from schemas.tools import MAX_TOOLS, NamedToolChoice, ToolCall, ToolSpec, ToolUse
 
@@ -149,7 +150,7 @@ class ChatCompletionRequest(BaseModel):
     top_p: float | None = None
     stop: str | list[str] | None = None
     seed: int | None = None
-    n: int = Field(default=1, ge=1, le=1, description="llmq returns one choice")
+    n: int = Field(default=1, ge=1, le=MAX_CHOICES, description="choices, each its own request")
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     response_format: ResponseFormat | None = None
@@ -292,6 +293,7 @@ class ChatCompletionRequest(BaseModel):
             "stop": [self.stop] if isinstance(self.stop, str) else self.stop,
             "user": self.user if self.user is not None else self.safety_identifier,
             "sampling": self._sampling() or None,
+            "n": self.n if self.n > 1 else None,
         }
         request.update({k: v for k, v in optional.items() if v is not None})
         tools = self.tool_use()
@@ -410,11 +412,13 @@ def completion(
     tier: str,
     logprobs: list[TokenLogprob] | None = None,
     tool_use: ToolUse | None = None,
+    choices: Sequence[ChoiceOutput] | None = None,
 ) -> dict[str, Any]:
     """A ``chat.completion`` object; ``logprobs`` for a request that asked for them;
-    with ``tool_use``, the calls the answer makes as the message's ``tool_calls``."""
+    with ``tool_use``, the calls the answer makes as the message's ``tool_calls``; with
+    ``choices`` (a request for several), one choice each."""
     message, finish_reason = answer_message(job_id, text, finish_reason, tool_use)
-    return {
+    body = {
         "id": completion_id(job_id),
         "object": "chat.completion",
         "created": int(time.time()),
@@ -430,6 +434,19 @@ def completion(
         "usage": usage_block(usage),
         "llmq": {"job_id": job_id, "tier": tier, "timings": timings.model_dump()},
     }
+    if choices is not None:
+        body["choices"] = [
+            {
+                "index": choice.index,
+                "message": {"role": "assistant", "content": choice.text},
+                "logprobs": logprobs_block(
+                    (choice.logprobs or []) if logprobs is not None else None
+                ),
+                "finish_reason": choice.finish_reason or "stop",
+            }
+            for choice in choices
+        ]
+    return body
 
 
 def answer_message(
@@ -466,8 +483,9 @@ def chunk(
     finish_reason: str | None = None,
     usage: Usage | None = None,
     logprobs: list[TokenLogprob] | None = None,
+    index: int = 0,
 ) -> dict[str, Any]:
-    """A ``chat.completion.chunk`` object."""
+    """A ``chat.completion.chunk`` object (of choice ``index``)."""
     body: dict[str, Any] = {
         "id": completion_id(job_id),
         "object": "chat.completion.chunk",
@@ -477,7 +495,7 @@ def chunk(
         if usage
         else [
             {
-                "index": 0,
+                "index": index,
                 "delta": delta,
                 "logprobs": logprobs_block(logprobs),
                 "finish_reason": finish_reason,

@@ -51,7 +51,7 @@ def test_a_good_line_becomes_an_llmq_request() -> None:
         (raw(body={**BODY, "model": "gpt-4o"}), "model_not_found", "unknown model"),
         (raw(body={**BODY, "stream": True}), "invalid_request", "stream"),
         (raw(body={**BODY, "messages": []}), "invalid_request", "messages"),
-        (raw(body={**BODY, "n": 3}), "invalid_request", "n"),
+        (raw(body={**BODY, "n": 17}), "invalid_request", "n"),
     ],
 )
 def test_a_malformed_line_names_its_problem(text: str, code: str, words: str) -> None:

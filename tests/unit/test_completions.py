@@ -109,7 +109,7 @@ def test_sampling_fields_travel_as_for_chat() -> None:
         ({"echo": True}, "echo", "llmq does not serve echo"),
         ({"suffix": "end"}, "suffix", "llmq does not serve suffix"),
         ({"best_of": 2}, "best_of", "llmq does not serve best_of"),
-        ({"n": 2}, "n", "less than or equal to 1"),
+        ({"n": 17}, "n", "less than or equal to 16"),
         ({"logprobs": 21}, "logprobs", "less than or equal to 20"),
         ({"logprobs": True}, "logprobs", "valid integer"),
         ({"logit_bias": {"hello": 1}}, "logit_bias", "token ids"),
