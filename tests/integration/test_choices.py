@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 import migrations
 from producer.client import Client
-from schemas.events import ChoiceOutput, FinalEvent, TokenEvent
+from schemas.events import ChoiceOutput, ErrorEvent, FinalEvent, TokenEvent
 from schemas.jobs import JobStatus
 from schemas.requests import GenerationRequest
 from schemas.settings import Settings
@@ -179,3 +179,21 @@ def test_the_choices_column_comes_and_goes(empty_database: str) -> None:
     assert "output_text" in job_columns(empty_database)
     migrations.upgrade(empty_database)
     assert "output_choices" in job_columns(empty_database)
+
+
+def test_a_cancel_stops_every_choice_in_the_engine(integration_settings: Settings) -> None:
+    engine = ScriptedEngine([f"w{i} " for i in range(50)], delay_s=0.05)
+    runtime = runtime_for(integration_settings, engine)
+    with Client(integration_settings) as client:
+        handle = client.submit(GenerationRequest.from_text("count", n=2, max_tokens=50))
+        worker = threading.Thread(target=run_job, args=(runtime, handle.job_id))
+        worker.start()
+        events = handle.events(timeout=20)
+        assert isinstance(next(events), TokenEvent)
+        assert runtime.running.cancel(handle.job_id)  # what the cancel listener does
+        rest = list(events)
+        worker.join(timeout=10)
+        assert not worker.is_alive()
+        assert client.status(handle.job_id) is JobStatus.CANCELLED
+    assert isinstance(rest[-1], ErrorEvent) and rest[-1].status == "cancelled"
+    assert len(rest) < 40  # both aborted long before their 50 chunks each
