@@ -259,13 +259,22 @@ class SlotGate:
 
     def batch_cap(self, running: dict[Priority, int]) -> int:
         """How many batch jobs may run now: what the SLO leaves while interactive work
-        is about (where it steers the share); one on a turn while batch pauses."""
+        is about (where it steers the share), and never the last free slot once people
+        hold their reserved ones; one on a turn while batch pauses."""
         if self._batch_paused(running):
             return 1 if self._turns.due() else 0
         about = self.interactive_about(running)
         if about and self._steered is not None:
-            return min(self._steered.share(), self.shares.batch_max)
-        return self.shares.batch_cap(about)
+            cap = min(self._steered.share(), self.shares.batch_max)
+        else:
+            cap = self.shares.batch_cap(about)
+        interactive = running[Priority.INTERACTIVE]
+        if interactive >= self.shares.reserved_interactive:
+            # People past their reserved slots: batch keeps one slot free for the next
+            # person, whose message is not even read while every slot is taken (the
+            # wait before the claim, in the queue, that no share of the SLO can see).
+            cap = min(cap, max(self.shares.slots - interactive - 1, 0))
+        return cap
 
     def _batch_paused(self, running: dict[Priority, int]) -> bool:
         return self.shares.batch_pauses and self.interactive_about(running)

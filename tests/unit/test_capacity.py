@@ -126,8 +126,11 @@ def test_the_gate_pauses_batch_when_full_and_resumes_it_when_a_slot_frees() -> N
     gate.received("i0", "llm.small.interactive")
     gate.received("x", "not-a-queue")
     gate.finished("b0")
+    # A person holds the one reserved slot: batch keeps the last free slot free.
+    assert switch.calls[-1] == ("pause", "llm.small.batch")
+    gate.finished("b1")
     assert switch.calls[-1] == ("resume", "llm.small.batch")
-    assert gate.running() == {INTER: 1, BATCH: 2}
+    assert gate.running() == {INTER: 1, BATCH: 1}
 
 
 def test_messages_celery_dropped_after_counting_free_their_slots() -> None:
@@ -161,7 +164,17 @@ def test_each_interactive_message_asks_batch_to_give_way() -> None:
     assert calls == []
     gate.received("i0", "llm.small.interactive")
     gate.received("i1", "llm.small.interactive")
-    assert calls == ["give way, keep 3"] * 2  # no smaller share: all of batch_max
+    # No smaller share, but people past their one reserved slot: one slot stays free
+    # for the next person (4 slots: 1 person -> batch keeps 2, 2 people -> 1).
+    assert calls == ["give way, keep 2", "give way, keep 1"]
+
+
+def test_batch_leaves_a_free_slot_once_people_hold_their_reserved_ones() -> None:
+    gate = SlotGate(Tier.SMALL, SlotShares(16, 4, 1), batch_waiting=lambda: True)
+    assert gate.batch_cap(running(3, 12)) == 12  # inside the reserve: all of batch_max
+    assert gate.batch_cap(running(4, 12)) == 11  # 4 + 11 + one free slot = 16
+    assert gate.batch_cap(running(10, 5)) == 5
+    assert gate.batch_cap(running(16, 0)) == 0
 
 
 class FakeTaskConsumer:
