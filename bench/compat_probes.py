@@ -364,8 +364,9 @@ class Api:
         return expect_ok(self.post("/v1/chat/completions", self.chat_body(fields)))
 
     def chat_stream(self, *, n: int = 1, **fields: Any) -> Streamed:
-        """A streamed chat completion, checked and put together."""
-        return read_stream(self.stream("/v1/chat/completions", self.chat_body(fields)), n=n)
+        """A streamed chat completion of ``n`` choices, checked and put together."""
+        body = self.chat_body({**fields, "n": n} if n != 1 else fields)
+        return read_stream(self.stream("/v1/chat/completions", body), n=n)
 
     def greedy(self, **fields: Any) -> Json:
         """:meth:`chat`, asked once per distinct ``fields``."""

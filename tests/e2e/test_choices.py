@@ -8,6 +8,8 @@ from collections.abc import Iterator
 import openai
 import pytest
 
+from bench.compat import probe_server
+from bench.compat_probes import PROBES
 from schemas.settings import Settings
 from tests.gateway_server import running_gateway
 from tests.integration.test_gateway import new_key
@@ -62,3 +64,16 @@ def test_two_text_completion_choices(sdk: openai.OpenAI) -> None:
     )
     assert [c.index for c in reply.choices] == [0, 1]
     assert reply.choices[0].text and reply.choices[0].text == reply.choices[1].text
+
+
+def test_the_compat_probes_of_n_and_completions_pass(e2e_settings: Settings, worker: str) -> None:
+    # Streamed n is test_two_chat_choices_streamed_and_not's, through the SDK.
+    names = {"n", "completions", "completions_stream"}
+    probes = [probe for probe in PROBES if probe.name in names]
+    assert {probe.name for probe in probes} == names
+    with running_gateway(e2e_settings) as url:
+        key = new_key(e2e_settings, "compat")
+        results = probe_server(url, key, "small", label="llmq", probes=probes)
+    assert {name: result["passed"] for name, result in results.items()} == dict.fromkeys(
+        names, True
+    ), results

@@ -419,3 +419,20 @@ def test_the_sides_run_one_after_the_other_and_their_table_is_printed(
     assert f"passed: vllm {len(PROBES)}/{len(PROBES)}, llmq 0/{len(PROBES)}" in (
         capsys.readouterr().err
     )
+
+
+def test_the_streamed_n_probe_asks_for_two_choices() -> None:
+    bodies: list[Json] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        bodies.append(body)
+        pieces = [
+            chunk({"role": "assistant", "content": "a"}, "length", index=i)
+            for i in range(body.get("n", 1))
+        ]
+        events = "".join(f"data: {json.dumps(p)}\n\n" for p in pieces) + "data: [DONE]\n\n"
+        return httpx.Response(200, text=events, headers={"content-type": "text/event-stream"})
+
+    assert run_probe(probe("n_stream"), fake_api(server)) == {"passed": True, "detail": ""}
+    assert bodies[0]["n"] == 2
