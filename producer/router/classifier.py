@@ -6,6 +6,7 @@ measures the latency per decision against the budget).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -28,6 +29,30 @@ class Prediction:
 
 
 WORD = re.compile(r"[^\W\d_]+")
+CODE_MARK = re.compile(r"[{}();=<>\[\]_/\\*+^]")
+SHAPE = "shape"
+"""The feature set name, in an artifact's ``features``, of :func:`shape_features`."""
+
+
+def shape_features(text: str) -> list[float]:
+    """What a mean of token vectors loses: how long the text is, how much of it is code
+    or formula marks, how many digits it holds, how many questions it asks."""
+    return [
+        math.log1p(len(text.split())),
+        10 * len(CODE_MARK.findall(text)) / max(len(text), 1),
+        math.log1p(sum(c.isdigit() for c in text)),
+        float(text.count("?")),
+    ]
+
+
+def feature_matrix(embedder: StaticEmbedder, texts: list[str], features: list[str]) -> Matrix:
+    """The static embeddings of ``texts``, then the named extra features."""
+    embedded = embedder.embed_many(texts)
+    if SHAPE not in features:
+        return embedded
+    extra = np.array([shape_features(t) for t in texts], dtype=np.float32)
+    stacked: Matrix = np.hstack([embedded, extra]).astype(np.float32)
+    return stacked
 
 
 class DifficultyClassifier:
@@ -48,6 +73,7 @@ class DifficultyClassifier:
         self._bias = artifact.bias
         self._artifact = artifact
         self.metadata = artifact.metadata
+        self._features = [str(f) for f in artifact.metadata.get("features", [])]
 
     @property
     def model_hash(self) -> str:
@@ -55,7 +81,8 @@ class DifficultyClassifier:
         return self._artifact.model_hash
 
     def probabilities(self, texts: list[str]) -> Matrix:
-        features = (self._embedder.embed_many(texts) - self._mean) / self._scale
+        raw = feature_matrix(self._embedder, texts, self._features)
+        features = (raw - self._mean) / self._scale
         return softmax(features.astype(np.float32) @ self._weights + self._bias)
 
     def predict(self, text: str) -> Prediction:

@@ -20,6 +20,10 @@ class PolicyConfig:
     large_threshold: float = 0.35
     min_confidence: float = 0.5
     min_familiarity: float = 0.6
+    large_by_score_only: bool = False
+    """Large exactly when p(large) >= ``large_threshold`` (text it mostly does not know
+    aside): the rule a measured frontier sweeps, so a tuned threshold routes as measured.
+    Otherwise an argmax of large, or a low-confidence medium, also goes large."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,8 @@ def one_down(tier: Tier) -> Tier:
 
 def apply_policy(prediction: Prediction, config: PolicyConfig) -> PolicyDecision:
     """The tier the policy picks for a prediction, and why."""
+    if config.large_by_score_only:
+        return _by_score(prediction, config)
     p_large = prediction.probabilities[Tier.LARGE.value]
     if prediction.tier is not Tier.LARGE and p_large >= config.large_threshold:
         return PolicyDecision(
@@ -74,3 +80,38 @@ def apply_policy(prediction: Prediction, config: PolicyConfig) -> PolicyDecision
         f"classified {prediction.tier} ({prediction.confidence:.2f})",
         escalated=False,
     )
+
+
+def _by_score(prediction: Prediction, config: PolicyConfig) -> PolicyDecision:
+    """Large iff p(large) reaches the threshold; below it, small or medium (a
+    low-confidence or unfamiliar small goes medium; unfamiliar text may still go large)."""
+    p_large = prediction.probabilities[Tier.LARGE.value]
+    if p_large >= config.large_threshold:
+        return PolicyDecision(
+            Tier.LARGE,
+            p_large,
+            f"p(large)={p_large:.2f} >= the tuned threshold {config.large_threshold:g}",
+            escalated=prediction.tier is not Tier.LARGE,
+        )
+    p_small = prediction.probabilities[Tier.SMALL.value]
+    p_medium = prediction.probabilities[Tier.MEDIUM.value]
+    tier = Tier.SMALL if p_small > p_medium else Tier.MEDIUM
+    share = max(p_small, p_medium)
+    below = f"p(large)={p_large:.2f} < the tuned threshold {config.large_threshold:g}"
+    if prediction.familiarity < config.min_familiarity:
+        up = one_up(tier)
+        return PolicyDecision(
+            up,
+            min(share, prediction.familiarity),
+            f"{below}; {tier} but the text is unfamiliar (familiarity "
+            f"{prediction.familiarity:.2f} < {config.min_familiarity}): escalated to {up}",
+            escalated=True,
+        )
+    if tier is Tier.SMALL and share < config.min_confidence:
+        return PolicyDecision(
+            Tier.MEDIUM,
+            share,
+            f"{below}; small with low confidence {share:.2f}: escalated to medium",
+            escalated=True,
+        )
+    return PolicyDecision(tier, share, f"{below}; {tier} ({share:.2f})", escalated=False)

@@ -141,14 +141,19 @@ def policy_for(
 ) -> tuple[PolicyConfig, str]:
     """The policy a router applies, and where its large threshold came from: ``setting``
     (``LLMQ_ROUTER_LARGE_THRESHOLD`` set), ``tuned`` (``llmq router tune`` wrote it into
-    the artifact) or ``default``."""
+    the artifact; then large is decided by p(large) alone, as the frontier swept it) or
+    ``default``."""
     threshold, source = settings.router_large_threshold, "default"
     tuned = tuned_threshold(classifier.metadata) if classifier is not None else None
     if "router_large_threshold" in settings.model_fields_set:
         source = "setting"
     elif tuned is not None:
         threshold, source = tuned, "tuned"
-    return PolicyConfig(threshold, settings.router_min_confidence), source
+    # A tuned threshold routes as the frontier measured it: large by p(large) alone.
+    policy = PolicyConfig(
+        threshold, settings.router_min_confidence, large_by_score_only=source == "tuned"
+    )
+    return policy, source
 
 
 def routing_text(request: GenerationRequest) -> str:

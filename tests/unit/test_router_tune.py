@@ -49,6 +49,7 @@ def test_tune_writes_the_cheapest_qualifying_threshold_and_the_router_serves_it(
     router = Router(Settings(router_dir=folder))
     assert router.policy.large_threshold == point.threshold
     assert router.threshold_source == "tuned"
+    assert router.policy.large_by_score_only
     # Tuning again from the same frontier gives the same artifact.
     again, _ = tune_router(folder, data, max_quality_drop_points=3)
     assert again == written
@@ -103,3 +104,27 @@ def test_the_commands_tune_and_then_route_with_score_and_threshold(
     assert (routed["threshold"], routed["threshold_source"]) == (tuned["threshold"], "tuned")
     assert main(["router", "tune", "--max-quality-drop", "0"]) == 1
     assert "too few" in capsys.readouterr().err
+
+
+def test_a_tuned_policy_sends_large_by_the_score_alone() -> None:
+    from producer.router.classifier import Prediction
+    from producer.router.policy import PolicyConfig, apply_policy
+    from schemas.queues import Tier
+
+    def predict(small: float, medium: float, large: float) -> Prediction:
+        probs = {"small": small, "medium": medium, "large": large}
+        best = max(probs, key=probs.__getitem__)
+        return Prediction(Tier(best), probs[best], probs)
+
+    tuned = PolicyConfig(large_threshold=0.6, large_by_score_only=True)
+    # An argmax of large under the threshold is not large; a low-confidence medium
+    # stays medium (the default policy would send both large).
+    assert apply_policy(predict(0.1, 0.35, 0.55), tuned).tier is Tier.MEDIUM
+    assert apply_policy(predict(0.3, 0.45, 0.25), tuned).tier is Tier.MEDIUM
+    assert apply_policy(predict(0.1, 0.35, 0.55), PolicyConfig()).tier is Tier.LARGE
+    assert apply_policy(predict(0.3, 0.45, 0.25), PolicyConfig()).tier is Tier.LARGE
+    decision = apply_policy(predict(0.2, 0.15, 0.65), tuned)
+    assert decision.tier is Tier.LARGE and "tuned threshold 0.6" in decision.reason
+    # A small that is unsure goes medium, never past it.
+    assert apply_policy(predict(0.45, 0.4, 0.15), tuned).tier is Tier.MEDIUM
+    assert apply_policy(predict(0.8, 0.1, 0.1), tuned).tier is Tier.SMALL
