@@ -212,8 +212,9 @@ def _tune(args: argparse.Namespace) -> int:
         return 0
     print(
         f"large threshold {point.threshold:g}: {100 * point.large_share:.1f}% of requests go "
-        f"large, quality {point.quality_drop_points:+.2f} points below all-large (at most "
-        f"{point.quality_drop_upper_points:.2f} by the 95% interval, allowed "
+        f"large, quality {abs(point.quality_drop_points):.2f} points "
+        f"{'below' if point.quality_drop_points >= 0 else 'above'} all-large (the drop at "
+        f"most {point.quality_drop_upper_points:.2f} by the 95% interval, allowed "
         f"{point.max_quality_drop_points:g})"
     )
     if point.latency_ratio_vs_all_large is not None:
