@@ -27,6 +27,10 @@ from schemas.settings import Settings
 
 SIDES = ("vllm", "llmq")
 REQUEST_TIMEOUT_S = 300.0
+VLLM_TOOL_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
+"""How a vLLM user serving tools starts the server: without a tool-call parser it
+refuses every ``tool_choice`` but none (even a named function or ``required``, which
+the engine's grammar forces); hermes is the form llmq reads under ``auto`` too."""
 
 
 def run_compat(settings: Settings, *, tier: Tier) -> dict[str, Any]:
@@ -47,8 +51,11 @@ def _server(side: str, settings: Settings, tier: Tier) -> Iterator[tuple[str, st
     from bench.peer import llmq_stack, vllm_server
 
     concurrency = settings.tier(tier).concurrency
-    start = vllm_server if side == "vllm" else llmq_stack
-    with start(settings, tier, concurrency) as endpoint:
+    if side == "vllm":
+        server = vllm_server(settings, tier, concurrency, server_flags=VLLM_TOOL_FLAGS)
+    else:
+        server = llmq_stack(settings, tier, concurrency)
+    with server as endpoint:
         yield endpoint.base_url, endpoint.api_key, endpoint.model
 
 

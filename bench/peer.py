@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,8 +107,11 @@ def _server(
 
 
 @contextlib.contextmanager
-def vllm_server(settings: Settings, tier: Tier, concurrency: int) -> Iterator[Endpoint]:
-    """``python -m vllm.entrypoints.openai.api_server`` with the tier's engine settings."""
+def vllm_server(
+    settings: Settings, tier: Tier, concurrency: int, *, server_flags: Sequence[str] = ()
+) -> Iterator[Endpoint]:
+    """``python -m vllm.entrypoints.openai.api_server`` with the tier's engine settings
+    (and ``server_flags``, the server's own options, such as its tool-call parser)."""
     config = settings.tier(tier).model_copy(update={"concurrency": concurrency})
     model_path = resolve_model(config.model, settings.bundled_model_dir)
     port = free_port()
@@ -124,6 +127,7 @@ def vllm_server(settings: Settings, tier: Tier, concurrency: int) -> Iterator[En
         tier.value,
         "--disable-uvicorn-access-log",
         *vllm_flags(engine_arguments(model_path, config)),
+        *server_flags,
     ]
     with tempfile.TemporaryFile() as output:
         process = subprocess.Popen(

@@ -26,6 +26,7 @@ from bench.compat_probes import (
     run_probe,
 )
 from schemas.queues import Tier
+from schemas.settings import Settings
 
 Json = dict[str, Any]
 
@@ -436,3 +437,24 @@ def test_the_streamed_n_probe_asks_for_two_choices() -> None:
 
     assert run_probe(probe("n_stream"), fake_api(server)) == {"passed": True, "detail": ""}
     assert bodies[0]["n"] == 2
+
+
+def test_vllms_server_is_started_as_a_user_serving_tools_starts_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import bench.peer
+
+    seen: dict[str, Any] = {}
+
+    @contextlib.contextmanager
+    def vllm_server(
+        settings: object, tier: Tier, concurrency: int, *, server_flags: tuple[str, ...] = ()
+    ) -> Iterator[bench.peer.Endpoint]:
+        seen["flags"] = server_flags
+        yield bench.peer.Endpoint("http://vllm", "none", tier.value)
+
+    monkeypatch.setattr(bench.peer, "vllm_server", vllm_server)
+    with compat._server("vllm", Settings(), Tier.SMALL) as endpoint:
+        assert endpoint == ("http://vllm", "none", "small")
+    # Without a tool-call parser vLLM's server refuses even a named or required call.
+    assert seen["flags"] == ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
