@@ -132,9 +132,9 @@ def test_min_tokens_holds_off_the_end(sdk: openai.OpenAI) -> None:
 
 
 def test_an_unserved_field_is_refused_before_it_queues(sdk: openai.OpenAI) -> None:
-    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {}}}]
-    with pytest.raises(openai.BadRequestError, match="tools"):
-        answer(sdk, tools=tools)
+    prediction = {"type": "content", "content": "1, 2, 3, 4, 5"}
+    with pytest.raises(openai.BadRequestError, match="prediction"):
+        answer(sdk, prediction=prediction)
 
 
 def test_logprobs_come_per_token_streamed_or_not(sdk: openai.OpenAI) -> None:
