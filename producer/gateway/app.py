@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any, NoReturn
@@ -47,6 +47,7 @@ from producer.gateway.scrape import ClusterScrape, ScrapeAge
 from producer.gateway.sse import SseResponse, sse_events
 from producer.jobs import routed_tier_of
 from schemas.errors import LlmqError
+from schemas.jobs import JobResult
 from schemas.queues import Priority, Tier
 from schemas.settings import Settings
 from schemas.tables import Job
@@ -251,16 +252,8 @@ class Gateway:
                 started=started,
                 timeout=RESULT_TIMEOUT_S,
             )
-            return SseResponse(
-                events,
-                release=partial(_after_stream, handle, release),
-                headers=tier_headers(handle),
-            )
-        try:
-            result = await handle.result(timeout=RESULT_TIMEOUT_S)
-        finally:
-            await handle.aclose()
-        self.metrics.requests.labels(body.model, "200").inc()
+            return self._streamed(handle, release, events)
+        result = await self._whole(handle, body.model)
         return JSONResponse(
             oai.completion(
                 job_id=result.job_id,
@@ -300,16 +293,8 @@ class Gateway:
                 started=started,
                 timeout=RESULT_TIMEOUT_S,
             )
-            return SseResponse(
-                events,
-                release=partial(_after_stream, handle, release),
-                headers=tier_headers(handle),
-            )
-        try:
-            result = await handle.result(timeout=RESULT_TIMEOUT_S)
-        finally:
-            await handle.aclose()
-        self.metrics.requests.labels(body.model, "200").inc()
+            return self._streamed(handle, release, events)
+        result = await self._whole(handle, body.model)
         return JSONResponse(
             text_completion(
                 job_id=result.job_id,
@@ -325,6 +310,26 @@ class Gateway:
             ),
             headers=tier_headers(handle),
         )
+
+    @staticmethod
+    def _streamed(
+        handle: AsyncJobHandle,
+        release: Callable[[], Awaitable[None]] | None,
+        events: AsyncIterable[bytes],
+    ) -> SseResponse:
+        """The job's SSE response; the stream slot is released when it ends."""
+        return SseResponse(
+            events, release=partial(_after_stream, handle, release), headers=tier_headers(handle)
+        )
+
+    async def _whole(self, handle: AsyncJobHandle, model: str) -> JobResult:
+        """The job's whole result, once it ended (its handle closed), counted as a 200."""
+        try:
+            result = await handle.result(timeout=RESULT_TIMEOUT_S)
+        finally:
+            await handle.aclose()
+        self.metrics.requests.labels(model, "200").inc()
+        return result
 
     def _check_model(self, model: str) -> None:
         """Raise a 404 ``GatewayError`` for a model llmq does not serve."""

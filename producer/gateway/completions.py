@@ -167,30 +167,7 @@ class CompletionRequest(BaseModel):
         return request
 
     def _sampling(self) -> dict[str, Any]:
-        """``schemas.sampling.Sampling`` fields, those the caller set."""
-        sampling: dict[str, Any] = {
-            name: value
-            for name, value in (
-                ("presence_penalty", self.presence_penalty),
-                ("frequency_penalty", self.frequency_penalty),
-                ("repetition_penalty", self.repetition_penalty),
-                ("top_k", self.top_k),
-                ("min_p", self.min_p),
-                ("min_tokens", self.min_tokens),
-                ("logprobs", self.logprobs),
-            )
-            if value is not None
-        }
-        if self.logit_bias:
-            sampling["logit_bias"] = {int(token): b for token, b in self.logit_bias.items()}
-        if self.structured_outputs is not None:
-            sampling["structured"] = self.structured_outputs.constraint()
-        elif self.response_format is not None and self.response_format.type == "json_object":
-            sampling["structured"] = {"kind": "json_object"}
-        elif self.response_format is not None and self.response_format.json_schema is not None:
-            schema = self.response_format.json_schema.schema_
-            sampling["structured"] = {"kind": "json_schema", "json_schema": schema}
-        return sampling
+        return oai.sampling_fields(self, logprobs=self.logprobs)
 
 
 def completion_id(job_id: str) -> str:

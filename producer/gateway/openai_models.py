@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import (
     BaseModel,
@@ -307,31 +307,49 @@ class ChatCompletionRequest(BaseModel):
         return request
 
     def _sampling(self) -> dict[str, Any]:
-        """``schemas.sampling.Sampling`` fields, those the caller set."""
-        sampling: dict[str, Any] = {
-            name: value
-            for name, value in (
-                ("presence_penalty", self.presence_penalty),
-                ("frequency_penalty", self.frequency_penalty),
-                ("repetition_penalty", self.repetition_penalty),
-                ("top_k", self.top_k),
-                ("min_p", self.min_p),
-                ("min_tokens", self.min_tokens),
-            )
-            if value is not None
-        }
-        if self.logprobs:
-            sampling["logprobs"] = self.top_logprobs or 0
-        if self.logit_bias:
-            sampling["logit_bias"] = {int(token): b for token, b in self.logit_bias.items()}
-        if self.structured_outputs is not None:
-            sampling["structured"] = self.structured_outputs.constraint()
-        elif self.response_format is not None and self.response_format.type == "json_object":
-            sampling["structured"] = {"kind": "json_object"}
-        elif self.response_format is not None and self.response_format.json_schema is not None:
-            schema = self.response_format.json_schema.schema_
-            sampling["structured"] = {"kind": "json_schema", "json_schema": schema}
-        return sampling
+        return sampling_fields(self, logprobs=(self.top_logprobs or 0) if self.logprobs else None)
+
+
+class SamplingFields(Protocol):
+    """What a chat or text completion request says of sampling, by OpenAI's names."""
+
+    presence_penalty: float | None
+    frequency_penalty: float | None
+    repetition_penalty: float | None
+    top_k: int | None
+    min_p: float | None
+    min_tokens: int | None
+    logit_bias: dict[str, float] | None
+    structured_outputs: VllmStructuredOutputs | None
+    response_format: ResponseFormat | None
+
+
+def sampling_fields(request: SamplingFields, *, logprobs: int | None) -> dict[str, Any]:
+    """``schemas.sampling.Sampling`` fields, those the caller set; ``logprobs`` is the
+    number of top log probabilities asked for (None: none)."""
+    sampling: dict[str, Any] = {
+        name: value
+        for name, value in (
+            ("presence_penalty", request.presence_penalty),
+            ("frequency_penalty", request.frequency_penalty),
+            ("repetition_penalty", request.repetition_penalty),
+            ("top_k", request.top_k),
+            ("min_p", request.min_p),
+            ("min_tokens", request.min_tokens),
+            ("logprobs", logprobs),
+        )
+        if value is not None
+    }
+    if request.logit_bias:
+        sampling["logit_bias"] = {int(token): b for token, b in request.logit_bias.items()}
+    if request.structured_outputs is not None:
+        sampling["structured"] = request.structured_outputs.constraint()
+    elif request.response_format is not None and request.response_format.type == "json_object":
+        sampling["structured"] = {"kind": "json_object"}
+    elif request.response_format is not None and request.response_format.json_schema is not None:
+        schema = request.response_format.json_schema.schema_
+        sampling["structured"] = {"kind": "json_schema", "json_schema": schema}
+    return sampling
 
 
 def _is_one_of(value: object, quiet: tuple[object, ...]) -> bool:
