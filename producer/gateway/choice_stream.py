@@ -14,9 +14,8 @@ from typing import Any
 
 from producer.aio import AsyncJobHandle
 from producer.gateway import openai_models as oai
-from producer.gateway.errors import http_error_for
 from producer.gateway.metrics import GatewayMetrics
-from producer.gateway.sse import encode
+from producer.gateway.sse import encode, error_chunk
 from schemas.errors import LlmqError, job_ended
 from schemas.events import ErrorEvent, FinalEvent, TokenEvent, Usage
 
@@ -69,14 +68,12 @@ async def choice_sse_events(
                 if include_usage:
                     yield encode(event_id, usage_chunk(event.usage))
             elif isinstance(event, ErrorEvent):
-                http = http_error_for(job_ended(job_id, event.message, event.status))
-                status = str(http.status)
-                error = oai.error_body(event.message, kind=http.kind, code=http.code)
+                ended = job_ended(job_id, event.message, event.status)
+                status, error = error_chunk(ended, message=event.message)
                 yield encode(event_id, error)
     except LlmqError as exc:
-        http = http_error_for(exc)
-        status = str(http.status)
-        yield encode(None, oai.error_body(str(exc), kind=http.kind, code=http.code))
+        status, error = error_chunk(exc)
+        yield encode(None, error)
     finally:
         metrics.requests.labels(model, status).inc()
     yield b"data: [DONE]\n\n"

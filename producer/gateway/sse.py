@@ -73,17 +73,23 @@ async def sse_events(
                     usage = oai.chunk(job_id=job_id, model=model, delta={}, usage=event.usage)
                     yield encode(event_id, usage)
             elif isinstance(event, ErrorEvent):
-                http = http_error_for(job_ended(job_id, event.message, event.status))
-                status = str(http.status)
-                error = oai.error_body(event.message, kind=http.kind, code=http.code)
+                ended = job_ended(job_id, event.message, event.status)
+                status, error = error_chunk(ended, message=event.message)
                 yield encode(event_id, error)
     except LlmqError as exc:
-        http = http_error_for(exc)
-        status = str(http.status)
-        yield encode(None, oai.error_body(str(exc), kind=http.kind, code=http.code))
+        status, error = error_chunk(exc)
+        yield encode(None, error)
     finally:
         metrics.requests.labels(model, status).inc()
     yield b"data: [DONE]\n\n"
+
+
+def error_chunk(exc: LlmqError, *, message: str | None = None) -> tuple[str, dict[str, Any]]:
+    """The HTTP status a stream that ended in ``exc`` is counted under, and the error
+    body it sends in OpenAI's format (``message``, else the error's own text)."""
+    http = http_error_for(exc)
+    text = str(exc) if message is None else message
+    return str(http.status), oai.error_body(text, kind=http.kind, code=http.code)
 
 
 def _opening(delta: dict[str, Any], first: bool) -> dict[str, Any]:
