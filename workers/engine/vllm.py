@@ -315,25 +315,18 @@ def _coalesce(first: Delta, deltas: queue.SimpleQueue[Any]) -> tuple[Delta, Any]
     then carries several tokens instead of one Redis round trip and one reader wake-up
     each; when it keeps up, nothing waits and nothing changes.
     """
-    merged = first
-    while not merged.finished:
+    parts = [first]
+    pending: Any = None
+    while not parts[-1].finished:
         try:
             item = deltas.get_nowait()
         except queue.Empty:
-            return merged, None
+            break
         if not isinstance(item, Delta):
-            return merged, item
-        merged = Delta(
-            text=merged.text + item.text,
-            completion_tokens=item.completion_tokens,
-            finished=item.finished,
-            finish_reason=item.finish_reason or merged.finish_reason,
-            cached_tokens=merged.cached_tokens
-            if merged.cached_tokens is not None
-            else item.cached_tokens,
-            logprobs=merged.logprobs + item.logprobs,
-        )
-    return merged, None
+            pending = item
+            break
+        parts.append(item)
+    return (first if len(parts) == 1 else merged_deltas(parts)), pending
 
 
 def _next_delta(
