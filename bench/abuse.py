@@ -27,9 +27,10 @@ import httpx
 from sqlalchemy import func, select
 
 from bench.gateway import gateway_process
-from bench.harness import Rig, bench_rig, counted, median, percentile, rounded, step
+from bench.harness import Rig, bench_rig, counted, rounded, step
 from producer.gateway.keys import create_key
 from schemas.jobs import JobStatus
+from schemas.percentiles import median, percentile
 from schemas.queues import Tier
 from schemas.settings import Settings
 from schemas.tables import Job

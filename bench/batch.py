@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import statistics
 import threading
 import time
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from bench.harness import (
 from producer.batches import store
 from producer.batches.enqueue import enqueue_batch
 from producer.batches.status import BatchStatus
+from schemas.percentiles import median
 from schemas.queues import Priority, Tier
 from schemas.settings import Settings
 from schemas.tables import Job
@@ -69,8 +69,8 @@ def run_batch(
         time.sleep(hold_s + HOLD_MARGIN_S)
         alone = _batch(rig, requests, max_tokens, 0, label="as one batch, nobody waiting")
         shared = _batch(rig, requests, max_tokens, samples, label="as one batch, people waiting")
-    idle_p50 = statistics.median(idle)
-    during_p50 = statistics.median(shared.during) if shared.during else float("nan")
+    idle_p50 = median(idle)
+    during_p50 = median(shared.during) if shared.during else float("nan")
     slo_ms = settings.tier(tier).interactive_ttft_slo_ms
     within = sum(ttft <= slo_ms for ttft in shared.during)
     return {

@@ -23,11 +23,11 @@ from bench.harness import (
     counted,
     direct_options,
     engine_only,
-    median,
     request_fields,
     rounded,
 )
 from schemas.errors import ConfigError
+from schemas.percentiles import median
 from schemas.queues import Tier
 from schemas.settings import Settings
 from workers.engine.vllm import VllmEngine

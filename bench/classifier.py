@@ -10,11 +10,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from bench.harness import counted, median, percentile, step
+from bench.harness import counted, step
 from producer.router.classifier import DifficultyClassifier
 from producer.router.dataset import load_examples
 from producer.router.evaluation import evaluate_router
 from producer.router.policy import PolicyConfig, apply_policy
+from schemas.percentiles import median, percentile
 from schemas.queues import Tier
 
 WARMUP = 50

@@ -142,9 +142,10 @@ def _classifier(settings: Settings, values: Values) -> dict[str, Any]:
 
 def _teacher_baseline(samples: int) -> dict[str, Any]:
     # The same kind of queries through the full all-MiniLM-L6-v2 encoder, in this run.
-    from bench.harness import median, step
+    from bench.harness import step
     from producer.router.dataset import load_examples
     from producer.router.distill import teacher_dir, teacher_latency_ms
+    from schemas.percentiles import median
 
     texts = [f"{e.text} (case {i})" for i, e in enumerate(load_examples()[: samples + 20])]
     with step(f"the full encoder on {len(texts)} queries (20 warm-up)"):

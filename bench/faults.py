@@ -26,7 +26,7 @@ from sqlalchemy.engine import make_url
 from bench.doors import fuzz_doors
 from bench.fuzz import find_request_crashes, push_raw_payloads
 from bench.fuzz import fuzz_cases as draw_fuzz_cases
-from bench.harness import percentile, step
+from bench.harness import step
 from bench.redis_server import RedisServer
 from bench.sentinel_lab import SentinelLab, failover_phase, sentinel_lab, terminal_events
 from producer.client import Client
@@ -39,6 +39,7 @@ from schemas.events import (
     is_terminal,
 )
 from schemas.jobs import JobStatus
+from schemas.percentiles import percentile_or_none
 from schemas.queues import Priority, Tier, event_log_key, held_key, queue_name
 from schemas.settings import Settings
 from schemas.tables import Job
@@ -637,7 +638,7 @@ def _worker_rounds(settings: Settings, plan: FaultPlan) -> dict[str, Any]:
             "resumed_attempts": killed.resumed_attempts,
             "stalled_jobs": killed.stalled_jobs,
             "recovery_samples": len(killed.recovery_s),
-            "recovery_s_p50": _rounded_percentile(killed.recovery_s, 50),
+            "recovery_s_p50": percentile_or_none(killed.recovery_s, 50, ndigits=2),
             "recovery_s_max": round(max(killed.recovery_s), 2) if killed.recovery_s else None,
             "live_reconnects": killed.reconnects,
             "finished_reconnects": plan.reconnects,
@@ -677,7 +678,3 @@ class FailoverView:
 
     settings: Settings
     sentinels: SentinelLab
-
-
-def _rounded_percentile(values: list[float], q: float) -> float | None:
-    return round(percentile(values, q), 2) if values else None

@@ -15,7 +15,6 @@ import httpx
 from bench.harness import (
     Rig,
     bench_rig,
-    median,
     paired_samples,
     queued_ttft_ms,
     request_fields,
@@ -23,6 +22,7 @@ from bench.harness import (
     step,
 )
 from producer.gateway.keys import create_key
+from schemas.percentiles import median
 from schemas.queues import Tier
 from schemas.settings import Settings
 from workers.supervise import stop_process

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bench.harness import percentile, rounded
+from bench.harness import rounded
+from schemas.percentiles import percentile, percentile_or_none
 
 BOOTSTRAP_ROUNDS = 2000
 WINDOW_S = 10.0
@@ -123,13 +124,13 @@ def side_figures(
     e2e = [o.e2e_ms for o in interactive if o.e2e_ms is not None]
     intervals = [(o.sent, o.finished) for o in outcomes if o.finished is not None]
     return SideFigures(
-        ttft_p50_ms=_pct(ttft, 50),
-        ttft_p95_ms=_pct(ttft, 95),
-        ttft_p99_ms=_pct(ttft, 99),
-        tpot_p50_ms=_pct(tpot, 50),
-        tpot_p95_ms=_pct(tpot, 95),
-        e2e_p50_ms=_pct(e2e, 50),
-        e2e_p95_ms=_pct(e2e, 95),
+        ttft_p50_ms=percentile_or_none(ttft, 50, ndigits=2),
+        ttft_p95_ms=percentile_or_none(ttft, 95, ndigits=2),
+        ttft_p99_ms=percentile_or_none(ttft, 99, ndigits=2),
+        tpot_p50_ms=percentile_or_none(tpot, 50, ndigits=2),
+        tpot_p95_ms=percentile_or_none(tpot, 95, ndigits=2),
+        e2e_p50_ms=percentile_or_none(e2e, 50, ndigits=2),
+        e2e_p95_ms=percentile_or_none(e2e, 95, ndigits=2),
         interactive_n=len(asked),
         interactive_ok=len(interactive),
         slo_met=sum(slo.met(o) for o in asked) if slo is not None else 0,
@@ -139,10 +140,6 @@ def side_figures(
         failed=sum(not o.ok and not o.cut for o in outcomes),
         cost=rounded(busy_seconds(intervals) * cost_weight),
     )
-
-
-def _pct(values: list[float], q: float) -> float | None:
-    return rounded(percentile(values, q)) if values else None
 
 
 def quality_percent(scores: Sequence[bool | float]) -> float | None:

@@ -8,12 +8,10 @@ from __future__ import annotations
 import contextlib
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar, cast
-
-import numpy as np
 
 from producer.client import Client
 from schemas.jobs import JobResult
@@ -418,23 +416,6 @@ def _pair(
     x = first(index)
     time.sleep(SETTLE_S)
     return x, second(index)
-
-
-def percentile(values: Iterable[float], q: float) -> float:
-    """The ``q``-th percentile (0-100) of ``values``, linearly interpolated between the
-    two nearest samples (numpy's default method); every benchmark's pNN comes from here.
-
-    Raises ``ValueError`` when there are no values.
-    """
-    samples = np.fromiter(values, dtype=float)
-    if samples.size == 0:
-        raise ValueError("a percentile of no values")
-    return float(np.percentile(samples, q))
-
-
-def median(values: Iterable[float]) -> float:
-    """The 50th :func:`percentile`."""
-    return percentile(values, 50)
 
 
 def rounded(value: float) -> float:

@@ -27,12 +27,11 @@ from bench.harness import (
     direct_timing,
     engine_only,
     in_block_order,
-    median,
-    percentile,
     queued_timing,
     rounded,
 )
 from bench.spread import difference_interval, percentile_interval
+from schemas.percentiles import median, percentile
 from schemas.queues import Tier
 from schemas.settings import Settings
 from workers.engine.vllm import VllmEngine

@@ -32,14 +32,13 @@ from bench.harness import (
     StreamTiming,
     counted,
     in_block_order,
-    median,
-    percentile,
     rounded,
     step,
 )
 from bench.redis_server import RedisServer, free_port
 from bench.spread import difference_interval, ratio_interval
 from producer.gateway.keys import create_key
+from schemas.percentiles import median, percentile
 from schemas.queues import Tier
 from schemas.settings import Settings
 from workers.engine.vllm import engine_arguments

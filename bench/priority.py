@@ -19,8 +19,6 @@ from bench.harness import (
     Rig,
     bench_rig,
     counted,
-    median,
-    percentile,
     queued_sample,
     request_fields,
     rounded,
@@ -32,6 +30,7 @@ from producer.enqueue import withdraw_jobs
 from producer.status import live_workers
 from schemas.broker import redis_client
 from schemas.jobs import JobResult, JobStatus
+from schemas.percentiles import median, percentile
 from schemas.queues import Priority, Tier, queue_name
 from schemas.settings import Settings
 from schemas.tables import Job, utcnow

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.harness import bench_rig, counted, median, queued_sample, rounded, step
+from bench.harness import bench_rig, counted, queued_sample, rounded, step
 from bench.warm import QUESTIONS
 from producer.prompts.cli import DEFAULT_GATE_TAG, token_counter
 from producer.prompts.compress import compress
@@ -30,6 +30,7 @@ from producer.prompts.gate import run_prompt_gate, wait_for_prompts
 from producer.prompts.store import register_version
 from producer.quality.cases import load_cases
 from schemas.errors import ConfigError
+from schemas.percentiles import median
 from schemas.progress import ProgressBar
 from schemas.prompt_registry import PromptRegistry
 from schemas.queues import Tier

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness import counted, median, step
+from bench.harness import counted, step
 from producer.quality.cases import BENCH_POOL, Case, load_bench_pool, load_cases
 from producer.router.classifier import DifficultyClassifier
 from producer.router.dataset import load_examples
@@ -42,6 +42,7 @@ from producer.router.frontier import (
     tier_pass_from_json,
 )
 from producer.router.policy import TIER_ORDER, PolicyConfig, apply_policy
+from schemas.percentiles import median
 from schemas.queues import Tier
 from schemas.settings import Settings
 from workers.engine.base import SamplingOptions

@@ -25,19 +25,11 @@ import httpx
 from sqlalchemy.engine import make_url
 
 from bench.gateway import gateway_process, gateway_ttft_ms
-from bench.harness import (
-    Rig,
-    bench_rig,
-    median,
-    paired_samples,
-    percentile,
-    queued_sample,
-    request_fields,
-    rounded,
-)
+from bench.harness import Rig, bench_rig, paired_samples, queued_sample, request_fields, rounded
 from bench.redis_server import free_port
 from producer.client import Client
 from producer.gateway.keys import create_key
+from schemas.percentiles import median, percentile
 from schemas.queues import Tier
 from schemas.settings import Settings
 

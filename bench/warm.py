@@ -9,11 +9,11 @@ from bench.harness import (
     counted,
     engine_only,
     engine_ttft_ms,
-    median,
     queued_sample,
     rounded,
     step,
 )
+from schemas.percentiles import median
 from schemas.prompt_registry import PromptRegistry
 from schemas.queues import Tier
 from schemas.settings import Settings

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import redis
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -27,6 +26,7 @@ from producer.status import live_workers, oldest_waiting_age, queue_depths
 from schemas.boundary import broker_boundary
 from schemas.db_clock import db_now
 from schemas.jobs import JobStatus
+from schemas.percentiles import percentile
 from schemas.queues import (
     DROPPED_MESSAGES_KEY,
     ROUTING_COUNTS_KEY,
@@ -135,8 +135,7 @@ def _recent_jobs(
 def _p50_p95(samples: Sequence[float]) -> tuple[float, float] | None:
     if not samples:
         return None
-    p50, p95 = np.percentile(np.asarray(samples, dtype=float), [50, 95])
-    return float(p50), float(p95)
+    return percentile(samples, 50), percentile(samples, 95)
 
 
 def render(snapshot: Snapshot) -> RenderableType:

@@ -11,6 +11,7 @@ from producer.quality.cases import Case
 from producer.quality.runner import VariantRun
 from producer.quality.scoring import Embed, score
 from producer.quality.stats import GateResult, Interval, PairedResult, paired_gate
+from schemas.percentiles import percentile_or_none
 
 FLIPS_SHOWN = 10
 
@@ -50,10 +51,6 @@ class AbReport(BaseModel):
     timing_note: str
 
 
-def _percentile(values: Sequence[float], q: float) -> float | None:
-    return round(float(np.percentile(np.asarray(values, dtype=float), q)), 1) if values else None
-
-
 def figures(run: VariantRun, quality: Interval, *, other_engines: int = 0) -> VariantFigures:
     """Speed figures of one block beside its quality."""
     answers = list(run.answers.values())
@@ -62,8 +59,8 @@ def figures(run: VariantRun, quality: Interval, *, other_engines: int = 0) -> Va
     return VariantFigures(
         tier=str(run.tier),
         quality=quality,
-        ttft_ms_p50=_percentile(ttfts, 50),
-        ttft_ms_p95=_percentile(ttfts, 95),
+        ttft_ms_p50=percentile_or_none(ttfts, 50, ndigits=1),
+        ttft_ms_p95=percentile_or_none(ttfts, 95, ndigits=1),
         tok_s=round(sum(tokens) / run.wall_s, 2) if run.wall_s > 0 else 0.0,
         mean_output_tokens=round(float(np.mean(tokens)), 2) if tokens else 0.0,
         failed=sum(not a.ok for a in answers),

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.harness import median, percentile
 from bench.spread import difference_interval, percentile_interval, ratio_interval
+from schemas.percentiles import median, percentile
 
 
 def _normal(mean: float, sd: float, n: int, seed: int) -> list[float]:

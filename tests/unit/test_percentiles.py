@@ -1,4 +1,4 @@
-"""The one percentile every benchmark reports with."""
+"""The one percentile every report uses: benchmarks, the quality gate, ``llmq top``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench.harness import median, percentile
+from schemas.percentiles import median, percentile, percentile_or_none
 
 samples = st.lists(st.floats(min_value=0, max_value=1e6, allow_nan=False), min_size=2, max_size=200)
 
@@ -35,3 +35,10 @@ def test_edges() -> None:
     assert percentile([10.0, 20.0], 90) == pytest.approx(19.0)
     with pytest.raises(ValueError, match="no values"):
         percentile([], 50)
+
+
+def test_a_report_cell_is_rounded_or_empty() -> None:
+    assert percentile_or_none([1.0, 2.0], 50, ndigits=1) == 1.5
+    assert percentile_or_none([1.0, 1.234], 100, ndigits=2) == 1.23
+    assert percentile_or_none(iter([2.0]), 50, ndigits=2) == 2.0
+    assert percentile_or_none([], 95, ndigits=1) is None
