@@ -11,9 +11,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench.cross_key import cross_key_probe
 from bench.gateway import gateway_process
-from bench.http_fuzz import cross_key_probe, fuzz_gateway, fuzz_submit
+from bench.http_fuzz import fuzz_gateway
 from bench.redis_server import RedisServer, free_port
+from bench.submit_fuzz import fuzz_submit
 from producer.client import Client
 from producer.gateway.keys import create_key
 from schemas.settings import Settings

@@ -10,7 +10,9 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import func, select
 
-from bench.http_fuzz import cross_key_probe, fuzz_gateway, fuzz_submit
+from bench.cross_key import cross_key_probe
+from bench.http_fuzz import fuzz_gateway
+from bench.submit_fuzz import fuzz_submit
 from producer.client import Client
 from producer.gateway.keys import KeyIdentity, create_key
 from schemas.db import make_engine, make_sessions
