@@ -20,7 +20,8 @@ from typing import Any
 
 import httpx
 
-from bench.compat_probes import PROBES, Api, Probe, run_probe
+from bench.compat_checks import Api
+from bench.compat_probes import PROBES, Probe, run_probe
 from bench.harness import counted, step
 from schemas.queues import Tier
 from schemas.settings import Settings

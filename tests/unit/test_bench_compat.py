@@ -11,20 +11,18 @@ import httpx
 import pytest
 
 from bench import compat, compat_probes
-from bench.compat_probes import (
-    PROBES,
+from bench.compat_checks import (
     Api,
     ProbeFailed,
     Reply,
     check_completion,
     check_error,
     check_logprobs,
-    check_text_completion,
     check_tool_call,
     parse_events,
     read_stream,
-    run_probe,
 )
+from bench.compat_probes import PROBES, check_text_completion, run_probe
 from schemas.queues import Tier
 from schemas.settings import Settings
 
