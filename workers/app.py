@@ -12,9 +12,10 @@ from schemas.errors import DatabaseUnavailable
 from schemas.jobs import could_be_job_id
 from schemas.queues import GENERATE_TASK, celery_config, kombu_queues
 from schemas.settings import Settings
-from workers.early_start import JobHint, start_on_receipt
+from workers.early_start import start_on_receipt
 from workers.envelope import JobMessage
 from workers.job_runner import run_job
+from workers.received_starts import JobHint
 from workers.transport import job_message_received, transport_path
 from workers.worker_runtime import WorkerRuntime
 

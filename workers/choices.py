@@ -20,11 +20,11 @@ from schemas.events import ChoiceOutput
 from schemas.queues import Priority
 from schemas.requests import GenerationRequest
 from workers.engine.base import Delta, DeltaStream, SamplingOptions
-from workers.first_tokens import Ticket, handing_over
 from workers.job_input import check_context, prompt_ids, sampling_options
 from workers.jobs import ClaimedJob
 from workers.publisher import StreamPublisher
 from workers.running_jobs import RunningJob
+from workers.scheduler_driver import Ticket, handing_over
 from workers.worker_runtime import WorkerRuntime
 
 # How often the reader looks at the job's own stop (cancel, deadline, yield) while it
@@ -165,11 +165,10 @@ class _ChoiceRun:
     def _ticket(self) -> Ticket:
         """An interactive job's first-token ticket, a batch job's prefill place."""
         if self.claimed.priority == Priority.INTERACTIVE:
-            return self.runtime.first_tokens.take()
+            return self.runtime.scheduling.interactive_ticket()
         # The wait is the worker's scheduling, not the engine's: left out of started_at.
         waited_from = time.monotonic()
-        self.runtime.first_tokens.wait_clear()
-        ticket = self.runtime.batch_prefills.take()
+        ticket = self.runtime.scheduling.batch_ticket()
         self.started_at += time.monotonic() - waited_from
         return ticket
 

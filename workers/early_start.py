@@ -14,60 +14,18 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
 
 from schemas.errors import LlmqError
 from schemas.queues import Priority
-from schemas.requests import GenerationRequest
-from workers.engine.base import DeltaStream
-from workers.first_tokens import FirstTokenTicket, handing_over
 from workers.job_input import check_context, parse_request, prompt_ids, sampling_options
-from workers.jobs import ClaimedJob
+from workers.received_starts import EarlyStart, JobHint
 from workers.running_jobs import RunningJob
+from workers.scheduler_driver import handing_over
 from workers.worker_runtime import WorkerRuntime
 
 # Engine request ids must be unique among live requests: a duplicate message of the
 # same job on this worker gets its own early request (aborted when its claim fails).
 _EARLY_IDS = itertools.count()
-
-
-@dataclass(frozen=True)
-class JobHint:
-    """What a job's message says of it: its request and priority, as the producer sent."""
-
-    request: Mapping[str, object]
-    priority: str
-
-
-@dataclass
-class EarlyStart:
-    """A job's engine request, started before its claim."""
-
-    hint: JobHint
-    request: GenerationRequest
-    prompt_ids: list[int]
-    running: RunningJob
-    deltas: DeltaStream
-    started_at: float
-    """``time.monotonic()`` as the worker began rendering the prompt."""
-    ticket: FirstTokenTicket | None = None
-    """Held until the first token, so no batch prefill joins this one's step."""
-
-    def matches(self, claimed: ClaimedJob) -> bool:
-        """True when the claimed row is the job this request was started for, fresh."""
-        return (
-            claimed.attempt == 1
-            and claimed.priority == self.hint.priority
-            and claimed.request == dict(self.hint.request)
-        )
-
-    def abort(self) -> None:
-        """Abort the engine request (nothing of it was published)."""
-        self.running.close()
-        self.deltas.close()
-        if self.ticket is not None:
-            self.ticket.give_back()
 
 
 def start_early(runtime: WorkerRuntime, job_id: str, hint: JobHint | None) -> EarlyStart | None:
@@ -85,7 +43,9 @@ def start_early(runtime: WorkerRuntime, job_id: str, hint: JobHint | None) -> Ea
     except LlmqError:
         return None
     running = RunningJob()
-    ticket = runtime.first_tokens.take() if hint.priority == Priority.INTERACTIVE else None
+    ticket = (
+        runtime.scheduling.interactive_ticket() if hint.priority == Priority.INTERACTIVE else None
+    )
     with handing_over(ticket):
         deltas = runtime.engine.stream(
             prompt,

@@ -21,9 +21,8 @@ from schemas.queues import SERVICE_MS_KEY, Priority
 from schemas.requests import GenerationRequest
 from workers.choices import generate_choices
 from workers.conversations import in_conversation
-from workers.early_start import EarlyStart, JobHint, start_early
+from workers.early_start import start_early
 from workers.engine.base import DeltaStream
-from workers.first_tokens import Ticket, handing_over
 from workers.job_input import check_context, parse_request, prompt_ids, sampling_options
 from workers.jobs import (
     ClaimedJob,
@@ -34,7 +33,9 @@ from workers.jobs import (
     with_db_retry,
 )
 from workers.publisher import StreamPublisher
+from workers.received_starts import EarlyStart, JobHint
 from workers.running_jobs import RunningJob, StopReason
+from workers.scheduler_driver import Ticket, handing_over
 from workers.worker_runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)
@@ -187,7 +188,7 @@ def _finish(
     # After the final event: its reader waits for nothing below.
     record_service_ms(runtime, timings.total_ms - timings.queue_wait_ms)
     if claimed.priority == Priority.INTERACTIVE and timings.engine_ttft_ms is not None:
-        runtime.recent_first_tokens.record(timings.engine_ttft_ms / 1000.0)
+        runtime.scheduling.scheduler.interactive_finished(timings.engine_ttft_ms / 1000.0)
     if claimed.priority == Priority.INTERACTIVE and timings.ttft_ms is not None:
         tokens = usage.completion_tokens
         if generation.choices:  # generated side by side: a token's time is one choice's
@@ -339,7 +340,7 @@ def _start(
     runtime: WorkerRuntime, claimed: ClaimedJob, running: RunningJob, resumed_text: str
 ) -> _Started:
     """Submit the claimed job to the engine, after what earlier attempts streamed; a
-    batch job first waits for the worker's interactive first tokens (``first_tokens``)."""
+    batch job first waits where the worker's scheduler holds it (``workers.scheduler``)."""
     started_at = time.monotonic()
     request = parse_request(claimed.request)
     if resumed_text and request.sampling is not None and request.sampling.structured is not None:
@@ -356,12 +357,11 @@ def _start(
         return _Started(request, prompt, None, started_at, len(resumed_ids))
     ticket: Ticket
     if claimed.priority == Priority.INTERACTIVE:
-        ticket = runtime.first_tokens.take()
+        ticket = runtime.scheduling.interactive_ticket()
     else:
         # The wait is the worker's scheduling, not the engine's: left out of started_at.
         waited_from = time.monotonic()
-        runtime.first_tokens.wait_clear()
-        ticket = runtime.batch_prefills.take()
+        ticket = runtime.scheduling.batch_ticket()
         started_at += time.monotonic() - waited_from
     with handing_over(ticket):
         deltas = runtime.engine.stream(
@@ -407,6 +407,7 @@ def _yielded(runtime: WorkerRuntime, claimed: ClaimedJob, *, published: bool) ->
     a queued row that has none.
     """
     job_id = claimed.id
+    requeue = runtime.scheduling.scheduler.gave_way(job_id, published=published)
 
     def after(requeued: bool) -> None:
         if requeued:
@@ -417,7 +418,10 @@ def _yielded(runtime: WorkerRuntime, claimed: ClaimedJob, *, published: bool) ->
     _record(
         runtime,
         lambda: requeue_job(
-            runtime.sessions, job_id, attempt=claimed.attempt, spend_attempt=published
+            runtime.sessions,
+            job_id,
+            attempt=claimed.attempt,
+            spend_attempt=requeue.spend_attempt,
         ),
         what=f"put job {job_id} back in its queue",
         then=after,

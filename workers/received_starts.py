@@ -12,8 +12,53 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
+
+from schemas.requests import GenerationRequest
+from workers.engine.base import DeltaStream
+from workers.jobs import ClaimedJob
+from workers.running_jobs import RunningJob
+from workers.scheduler_driver import Ticket
+
+
+@dataclass(frozen=True)
+class JobHint:
+    """What a job's message says of it: its request and priority, as the producer sent."""
+
+    request: Mapping[str, object]
+    priority: str
+
+
+@dataclass
+class EarlyStart:
+    """A job's engine request, started before its claim (``workers.early_start``)."""
+
+    hint: JobHint
+    request: GenerationRequest
+    prompt_ids: list[int]
+    running: RunningJob
+    deltas: DeltaStream
+    started_at: float
+    """``time.monotonic()`` as the worker began rendering the prompt."""
+    ticket: Ticket | None = None
+    """Held until the first token, so no batch prefill joins this one's step."""
+
+    def matches(self, claimed: ClaimedJob) -> bool:
+        """True when the claimed row is the job this request was started for, fresh."""
+        return (
+            claimed.attempt == 1
+            and claimed.priority == self.hint.priority
+            and claimed.request == dict(self.hint.request)
+        )
+
+    def abort(self) -> None:
+        """Abort the engine request (nothing of it was published)."""
+        self.running.close()
+        self.deltas.close()
+        if self.ticket is not None:
+            self.ticket.give_back()
 
 
 class Abortable(Protocol):

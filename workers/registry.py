@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -12,13 +13,25 @@ import redis
 from schemas.queues import Tier, worker_key
 from schemas.registry import WorkerEntry, write_entry
 from workers.background import BackgroundLoop
-from workers.shares import EngineTiming
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 1.0
 # A worker that misses a few heartbeats disappears from the registry by itself.
 EXPIRY_S = 3
+
+
+@dataclass(frozen=True)
+class EngineTiming:
+    """A lone request's first token and decode step, as the warm engine ran them."""
+
+    first_token_s: float
+    step_s: float
+
+    @property
+    def step_share(self) -> float:
+        """The decode step as a share of the first token."""
+        return self.step_s / self.first_token_s if self.first_token_s > 0 else 0.0
 
 
 class WorkerRegistration(BackgroundLoop):

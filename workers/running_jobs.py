@@ -12,6 +12,7 @@ import redis
 
 from schemas.queues import CANCEL_CHANNEL, Priority, cancel_key
 from workers.background import BackgroundLoop
+from workers.scheduler.give_way import giving_way
 
 log = logging.getLogger(__name__)
 
@@ -91,19 +92,18 @@ class RunningJobs:
         return True
 
     def yield_batch(self, keep: int) -> list[str]:
-        """Halt the batch jobs beyond the ``keep`` that started first (the youngest
-        have the least work to redo); return their ids."""
+        """Halt the batch jobs beyond the ``keep`` that started first (the choice is the
+        scheduler's: ``workers.scheduler.giving_way``); return their ids."""
         with self._lock:
-            batch = [
-                (job.started, job_id, job)
+            batch = {
+                job_id: job
                 for job_id, job in self._jobs.items()
                 if job.priority == Priority.BATCH.value and job.reason is None
-            ]
-        batch.sort(key=lambda entry: entry[0])
-        beyond = batch[max(keep, 0) :]
-        for _started, _job_id, job in beyond:
-            job.halt(StopReason.YIELDED)
-        return [job_id for _started, job_id, _job in beyond]
+            }
+        halted = giving_way(((job.started, job_id) for job_id, job in batch.items()), keep)
+        for job_id in halted:
+            batch[job_id].halt(StopReason.YIELDED)
+        return halted
 
 
 class CancelListener(BackgroundLoop):

@@ -18,7 +18,7 @@ from workers.background import BackgroundLoop
 from workers.engine.base import BACKGROUND_PRIORITY, Engine, SamplingOptions
 from workers.jobs import claim_job
 from workers.prefix import PrefixCacheStats
-from workers.shares import EngineTiming
+from workers.registry import EngineTiming
 from workers.worker_runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)

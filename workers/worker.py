@@ -24,18 +24,17 @@ from schemas.settings import Settings, TierConfig
 from workers.app import LlmqCelery, make_app, start_on_receipt_of
 from workers.append_combiner import AppendCombiner
 from workers.background import BackgroundLoop
-from workers.capacity import SlotGate, install_gate
+from workers.consumer_step import ConsumerDriver, install_driver
 from workers.cpu_pinning import pin_off_compute_cores
 from workers.engine.vllm import VllmEngine
 from workers.engine_watch import EngineWatch
 from workers.metrics import WorkerMetrics
 from workers.models import resolve_model
 from workers.reaper import Reaper, ReaperThread
-from workers.registry import WorkerRegistration
+from workers.registry import EngineTiming, WorkerRegistration
 from workers.running_jobs import CancelListener
-from workers.scheduler.prefills import PrefillPlaces
-from workers.scheduler.slo_share import SloShare
-from workers.shares import EngineTiming, SlotShares, share_snapshot, slot_shares
+from workers.scheduler import Scheduler, SlotShares, slot_shares, steered_share
+from workers.scheduler_driver import SchedulerDriver
 from workers.transport import job_ids_in_broker, restore_held
 from workers.variants import check_engine_config, detect_device, served_config
 from workers.warmup import KeepWarm, time_engine, warm_job_path, warm_up
@@ -118,7 +117,7 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
         # Leave the registry before the engine goes (withdraw is idempotent).
         resources.callback(registration.withdraw)
         app = make_app(settings, worker_id=worker_id)
-        shares = slot_shares(tier_config, concurrency)
+        scheduler = _scheduler(settings, options.tier, tier_config, concurrency)
         runtime = WorkerRuntime(
             settings=settings,
             tier=options.tier,
@@ -133,8 +132,7 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
             metrics=WorkerMetrics(
                 tier=options.tier.value, slots=concurrency, in_flight=engine.in_flight
             ),
-            batch_share=steered_share(tier_config, shares),
-            batch_prefills=PrefillPlaces(tier_config.batch_prefills_at_once, clock=time.monotonic),
+            scheduling=SchedulerDriver(scheduler),
         )
         if options.metrics_port is not None and runtime.metrics is not None:
             runtime.metrics.serve(options.metrics_port)
@@ -143,10 +141,7 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
         keep_warm, timing = _warm_engine(runtime, registration, options, concurrency)
         registration.track(
             engine.in_flight,
-            lambda: (
-                runtime.prefix_stats.snapshot()
-                | share_snapshot(shares, runtime.recent_first_tokens, runtime.batch_share)
-            ),
+            lambda: runtime.prefix_stats.snapshot() | scheduler.snapshot(),
             held=runtime.held.ids,
         )
         warm_job_path(runtime)
@@ -161,7 +156,7 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
             options.on_phase("ready")
         if keep_warm is not None:
             resources.enter_context(keep_warm)
-        return _consume(app, runtime, options, shares)
+        return _consume(app, runtime, options)
 
 
 def _warm_engine(
@@ -227,26 +222,37 @@ def _helpers(runtime: WorkerRuntime, app: LlmqCelery) -> list[BackgroundLoop]:
     return [CancelListener(runtime.redis, runtime.running), ReaperThread(reaper), runtime.deferred]
 
 
-def _consume(
-    app: LlmqCelery,
-    runtime: WorkerRuntime,
-    options: WorkerOptions,
-    shares: SlotShares,
-) -> int:
+def _scheduler(settings: Settings, tier: Tier, served: TierConfig, slots: int) -> Scheduler:
+    """The worker's scheduler: shares, SLOs and prefill places from the configuration it
+    serves (``served``, a promoted variant's where one was promoted); the interactive
+    hold, batch's longest pause and giving way from the tier's own settings."""
+    own = settings.tier(tier)
+    shares = slot_shares(served, slots)
+    return Scheduler(
+        shares,
+        clock=time.monotonic,
+        interactive_hold_s=own.interactive_hold_s,
+        batch_max_pause_s=own.batch_max_pause_s,
+        batch_gives_way=own.batch_gives_way,
+        slo_share=steered_share(served, shares, clock=time.monotonic),
+        batch_prefills_at_once=served.batch_prefills_at_once,
+    )
+
+
+def _consume(app: LlmqCelery, runtime: WorkerRuntime, options: WorkerOptions) -> int:
+    scheduler = runtime.scheduling.scheduler
+    shares = scheduler.shares
     tier_config = runtime.settings.tier(runtime.tier)
     batch_queue = queue_name(runtime.tier, Priority.BATCH)
-    # Before the gate's own receipt hook: the engine request is what a person waits on.
+    # Before the scheduler's own receipt hook: the engine request is what a person waits on.
     start_on_receipt_of(app)
-    install_gate(
+    install_driver(
         app,
-        SlotGate(
+        ConsumerDriver(
             runtime.tier,
-            shares,
+            runtime.scheduling,
+            running=runtime.running,
             batch_waiting=lambda: bool(runtime.redis.llen(batch_queue)),
-            interactive_hold_s=tier_config.interactive_hold_s,
-            batch_max_pause_s=tier_config.batch_max_pause_s,
-            on_interactive=_batch_gives_way(runtime) if tier_config.batch_gives_way else None,
-            steered=runtime.batch_share,
         ),
     )
     queues = tier_queues(runtime.tier)
@@ -257,7 +263,7 @@ def _consume(
         ", ".join(queues),
         shares.batch_max,
         shares.slots,
-        _under_interactive(shares, runtime.batch_share, tier_config.batch_max_pause_s),
+        _under_interactive(scheduler, tier_config.batch_max_pause_s),
     )
     worker = app.Worker(
         hostname=runtime.worker_id,
@@ -274,43 +280,18 @@ def _consume(
     return int(worker.exitcode or 0)
 
 
-def _under_interactive(shares: SlotShares, steered: SloShare | None, max_pause_s: float) -> str:
+def _under_interactive(scheduler: Scheduler, max_pause_s: float) -> str:
+    steered = scheduler.slo_share
     if steered is not None:
         return (
             f"what the {steered.ttft_slo_s * 1000:g} ms first-token and "
             f"{steered.itl_slo_s * 1000:g} ms inter-token SLOs leave, "
             f"{steered.low} to {steered.high}"
         )
+    shares: SlotShares = scheduler.shares
     share = str(shares.batch_cap(interactive_about=True))
     turn = f", one job after {max_pause_s:g} s without one" if max_pause_s > 0 else ""
     return f"none{turn}" if shares.batch_pauses else share
-
-
-def steered_share(config: TierConfig, shares: SlotShares) -> SloShare | None:
-    """Batch's share under interactive work, steered against the tier's SLOs; None
-    where the tier fixes it (``batch_slots_under_interactive``)."""
-    if shares.batch_under_interactive is not None:
-        return None
-    return SloShare(
-        low=shares.batch_min,
-        high=shares.batch_max,
-        ttft_slo_s=config.interactive_ttft_slo_ms / 1000.0,
-        itl_slo_s=config.interactive_itl_slo_ms / 1000.0,
-        clock=time.monotonic,
-    )
-
-
-def _batch_gives_way(runtime: WorkerRuntime) -> Callable[[int], list[str]]:
-    """On each interactive message: halt the batch jobs beyond the ``keep`` that may
-    run beside interactive work; they go back to their queue (``job_runner._yielded``)."""
-
-    def give_way(keep: int) -> list[str]:
-        halted = runtime.running.yield_batch(keep)
-        if halted:
-            log.info("%d batch job(s) give way to interactive work", len(halted))
-        return halted
-
-    return give_way
 
 
 def stop_this_worker() -> None:

@@ -21,7 +21,7 @@ from schemas.tables import Job
 from tests.conftest import job_row
 from tests.e2e.conftest import WORKER_METRICS_PORT
 from workers.registry import HEARTBEAT_S
-from workers.shares import slot_shares
+from workers.scheduler import slot_shares
 from workers.supervise import start_worker_process, stop_process, wait_until_warm
 
 pytestmark = pytest.mark.e2e

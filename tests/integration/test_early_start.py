@@ -21,10 +21,11 @@ from schemas.settings import Settings
 from tests.integration.test_runner import ScriptedEngine, runtime_for
 from tests.integration.test_submit import queued_messages
 from workers.app import make_app, start_on_receipt_of
-from workers.early_start import JobHint, start_on_receipt
+from workers.early_start import start_on_receipt
 from workers.engine.base import Delta, SamplingOptions
 from workers.envelope import JobMessage, read_job_message
 from workers.job_runner import run_job
+from workers.received_starts import JobHint
 from workers.transport import job_message_received
 
 pytestmark = pytest.mark.integration

@@ -28,9 +28,9 @@ from tests.integration.test_early_start import RecordingEngine, hint_of
 from tests.integration.test_runner import runtime_for
 from tests.integration.test_submit import job_rows, queued_messages
 from workers import job_runner
-from workers.early_start import JobHint
 from workers.job_runner import run_job
 from workers.jobs import claim_job
+from workers.received_starts import JobHint
 
 pytestmark = pytest.mark.integration
 

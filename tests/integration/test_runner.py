@@ -27,7 +27,8 @@ from schemas.settings import Settings
 from workers.append_combiner import AppendCombiner
 from workers.engine.base import BACKGROUND_PRIORITY, INTERACTIVE_PRIORITY, Delta, SamplingOptions
 from workers.job_runner import run_job
-from workers.scheduler.prefills import PrefillPlaces
+from workers.scheduler import Scheduler, SlotShares
+from workers.scheduler_driver import SchedulerDriver
 from workers.worker_runtime import WorkerRuntime
 
 pytestmark = pytest.mark.integration
@@ -354,7 +355,7 @@ def test_a_batch_job_frees_its_prefill_place_at_its_first_token(
     engine = ScriptedEngine(["", "the whole answer"], delay_s=0.4)
     runtime = replace(
         runtime_for(integration_settings, engine),
-        batch_prefills=PrefillPlaces(1, clock=time.monotonic),
+        scheduling=SchedulerDriver(Scheduler(SlotShares(4, 1, 1), batch_prefills_at_once=1)),
     )
     request = {"messages": [{"role": "user", "content": "summarize"}], "max_tokens": 4}
     with Client(integration_settings) as client:
@@ -363,7 +364,7 @@ def test_a_batch_job_frees_its_prefill_place_at_its_first_token(
         job.start()
         held: list[int] = []
         while job.is_alive():
-            held.append(runtime.batch_prefills.in_prefill())
+            held.append(runtime.scheduling.scheduler.in_prefill())
             time.sleep(0.02)
         job.join()
         assert client.status(batch.job_id) is JobStatus.DONE

@@ -10,9 +10,8 @@ import redis
 from producer.status import live_workers, render_status
 from schemas.queues import KNOWN_WORKERS_KEY, Tier, event_log_key, worker_key
 from schemas.settings import Settings, TierConfig
-from workers.registry import EXPIRY_S, WorkerRegistration
-from workers.scheduler import SloShare
-from workers.shares import EngineTiming, RecentFirstTokens, share_snapshot, slot_shares
+from workers.registry import EXPIRY_S, EngineTiming, WorkerRegistration
+from workers.scheduler import Scheduler, SloShare, SlotShares, slot_shares
 
 CPU_TIMING = EngineTiming(first_token_s=0.045, step_s=0.040)
 
@@ -58,23 +57,26 @@ def steered(clock: list[float]) -> SloShare:
     return SloShare(low=1, high=12, ttft_slo_s=1.0, itl_slo_s=0.25, clock=lambda: clock[0])
 
 
+def scheduler(shares: SlotShares, share: SloShare | None) -> Scheduler:
+    return Scheduler(shares, slo_share=share)
+
+
 def test_a_warm_worker_says_how_fast_its_engine_is_and_what_batch_may_hold(
     client: redis.Redis,
 ) -> None:
     worker = registration(client, "small-1@t", Tier.SMALL)
-    shares = slot_shares(TierConfig(), 16)
-    recent = RecentFirstTokens()
     clock = [0.0]
     share = steered(clock)
-    worker.track(lambda: 0, lambda: share_snapshot(shares, recent, share))
+    sched = scheduler(slot_shares(TierConfig(), 16), share)
+    worker.track(lambda: 0, sched.snapshot)
     worker.mark_warm(CPU_TIMING)
     (entry,) = live_workers(client)
     assert (entry.engine_first_token_ms, entry.engine_step_ms) == (45.0, 40.0)
     assert entry.interactive_first_token_ms_p50 is None
     assert (entry.batch_under_interactive, entry.interactive_ttft_slo_ms) == (12, 1000.0)
     for _ in range(8):
-        recent.record(0.2)
-    share.first_token(0.95)  # near the SLO: the share is cut
+        sched.interactive_finished(0.2)
+    sched.first_token_measured(0.95)  # near the SLO: the share is cut
     worker._write()  # the next heartbeat
     (entry,) = live_workers(client)
     assert entry.interactive_first_token_ms_p50 == 200.0
@@ -82,14 +84,13 @@ def test_a_warm_worker_says_how_fast_its_engine_is_and_what_batch_may_hold(
 
 
 def test_status_shows_batch_s_share_while_people_wait(client: redis.Redis) -> None:
-    recent = RecentFirstTokens()
     fixed = slot_shares(TierConfig(batch_slots_under_interactive=0, batch_min_slots=0), 16)
     cases = (
         ("small-1@steered", slot_shares(TierConfig(), 16), steered([0.0])),
         ("small-2@paused", fixed, None),
     )
     for worker_id, shares, share in cases:
-        snapshot = share_snapshot(shares, recent, share)
+        snapshot = scheduler(shares, share).snapshot()
         worker = registration(client, worker_id, Tier.SMALL)
         worker.track(lambda: 0, lambda snapshot=snapshot: snapshot)
         worker.mark_warm(CPU_TIMING)

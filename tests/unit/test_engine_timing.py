@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from workers.engine.base import Delta, SamplingOptions
-from workers.shares import EngineTiming
+from workers.registry import EngineTiming
 from workers.warmup import time_engine
 
 
