@@ -274,7 +274,7 @@ def open_streams_key(key_id: str) -> str:
 # jobs sat idle for 0.5 s on average each time its batch slots emptied together (a
 # fifth of the run). Ten empty polls a second per idle worker cost Redis nothing.
 # While one of its queues is paused a worker polls faster still
-# (``workers.capacity.PAUSED_POLL_S``).
+# (``workers.consumer_step.PAUSED_POLL_S``).
 BRPOP_TIMEOUT_S = 0.1
 
 

@@ -59,7 +59,7 @@ class WorkerEntry(BaseModel):
     system_prompt_hit_rate: float | None = None
     prefilled_prompts: list[str] = []
     # A lone request on the warm engine, the recent interactive first tokens (the
-    # engine's part), and the batch share they set (``workers.shares``).
+    # engine's part), and the batch share they set (``workers.scheduler``).
     engine_first_token_ms: float | None = None
     engine_step_ms: float | None = None
     interactive_first_token_ms_p50: float | None = None
