@@ -24,9 +24,10 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from bench.doors import fuzz_doors
-from bench.fuzz import find_request_crashes, push_raw_payloads
+from bench.fuzz import find_request_crashes
 from bench.fuzz import fuzz_cases as draw_fuzz_cases
 from bench.harness import step
+from bench.queue_fuzz import push_raw_payloads
 from bench.redis_server import RedisServer
 from bench.sentinel_lab import SentinelLab, failover_phase, sentinel_lab, terminal_events
 from producer.client import Client

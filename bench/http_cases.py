@@ -14,15 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from bench.fuzz import (
-    HUGE_TEXT_CHARS,
-    ODD_NUMBERS,
-    ODD_STRINGS,
-    random_bad_request,
-    random_json_value,
-    random_text,
-    valid_request,
-)
+from bench.fuzz import HUGE_TEXT_CHARS, random_bad_request, valid_request
+from bench.fuzz_values import ODD_NUMBERS, ODD_STRINGS, random_json_value, random_text
 
 CHAT = "/v1/chat/completions"
 

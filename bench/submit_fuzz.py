@@ -13,13 +13,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from bench.fuzz import (
-    ODD_NUMBERS,
-    ODD_STRINGS,
-    random_bad_request,
-    random_text,
-    valid_request,
-)
+from bench.fuzz import random_bad_request, valid_request
+from bench.fuzz_values import ODD_NUMBERS, ODD_STRINGS, random_text
 from bench.http_fuzz import MAX_FAILURES_KEPT
 from producer.client import Client
 from producer.submission import RequestLike

@@ -8,7 +8,8 @@ import time
 import pytest
 import redis
 
-from bench.fuzz import fuzz_cases, push_raw_payloads
+from bench.fuzz import fuzz_cases
+from bench.queue_fuzz import push_raw_payloads
 from producer.client import Client
 from schemas.jobs import JobStatus
 from schemas.queues import Priority, Tier, queue_name, worker_key

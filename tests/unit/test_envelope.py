@@ -8,7 +8,7 @@ import random
 
 from celery import Celery
 
-from bench.fuzz import DEFAULT_QUEUE, random_queue_payload, task_message
+from bench.queue_fuzz import DEFAULT_QUEUE, random_queue_payload, task_message
 from schemas.messages import celery_job_message
 from schemas.queues import GENERATE_TASK, Priority, Tier, queue_name
 from workers.envelope import envelope_problem

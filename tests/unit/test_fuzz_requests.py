@@ -10,15 +10,9 @@ from celery import Celery
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.fuzz import (
-    DEFAULT_QUEUE,
-    bad_request_payloads,
-    check_request,
-    fuzz_cases,
-    json_values,
-    raw_queue_payloads,
-    task_message,
-)
+from bench.fuzz import bad_request_payloads, check_request, fuzz_cases
+from bench.fuzz_values import json_values
+from bench.queue_fuzz import DEFAULT_QUEUE, raw_queue_payloads, task_message
 from producer.submission import parse_request
 from schemas.errors import InvalidRequest
 from schemas.queues import GENERATE_TASK
