@@ -32,8 +32,13 @@ class _Held:
     def __init__(self, release: Callable[[int], None], ticket: int) -> None:
         self._release = release
         self._ticket = ticket
+        self._given = False
 
     def give_back(self) -> None:
+        # A job gives its ticket back at every delta: after the first, this is all.
+        if self._given:
+            return
+        self._given = True
         self._release(self._ticket)
 
 
