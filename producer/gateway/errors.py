@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
+from fastapi.responses import JSONResponse
+
+from producer.gateway.protocol.common import error_body
 from schemas.errors import (
     BrokerUnavailable,
     DatabaseUnavailable,
@@ -21,6 +25,8 @@ from schemas.errors import (
     QueueFull,
     QuotaExceeded,
 )
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -79,3 +85,19 @@ def http_error_for(exc: LlmqError) -> HttpError:
         if isinstance(exc, kind):
             return http
     return HttpError(500, "server_error", None)
+
+
+def error_response(exc: LlmqError) -> JSONResponse:
+    """An OpenAI-format error with the status (and Retry-After) the error calls for."""
+    http = http_error_for(exc)
+    if http.status >= 500:
+        # The caller sees the message; the operator needs to know it happened.
+        cause = exc.__cause__
+        why = f" ({type(cause).__name__}: {cause})" if cause is not None else ""
+        log.warning("answered %d %s: %s%s", http.status, http.code or http.kind, exc, why)
+    headers = {"Retry-After": str(http.retry_after_s)} if http.retry_after_s else None
+    return JSONResponse(
+        error_body(str(exc), kind=http.kind, code=http.code),
+        status_code=http.status,
+        headers=headers,
+    )

@@ -13,13 +13,24 @@ nor memory.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
+from typing import NoReturn
 
+import redis.asyncio as aioredis
+from sqlalchemy.orm import Session, sessionmaker
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from producer.gateway.errors import BAD_REQUEST, GatewayError, HttpError
-from producer.gateway.keys import KeyIdentity
+from producer.gateway.errors import (
+    BAD_REQUEST,
+    UNAUTHORIZED,
+    GatewayError,
+    HttpError,
+    rate_limited,
+)
+from producer.gateway.keys import KEY_CACHE_S, KeyIdentity, authenticate, hash_secret
+from producer.gateway.ratelimit import auth_blocked, over_limit, record_auth_failure
 from schemas.errors import LlmqError
 
 TOO_LARGE = HttpError(413, "invalid_request_error", "request_too_large")
@@ -28,6 +39,92 @@ BODY_TIMEOUT_S = 30.0
 
 Authorize = Callable[[str, str], Awaitable[KeyIdentity | None]]
 """(Authorization header, client address) -> the caller's key; raises GatewayError."""
+
+
+class KeyCheck:
+    """Who calls, from the Authorization header: the key check the front door runs,
+    with the login and rate limits.
+
+    ``sessions`` and ``redis`` are read at each call (the gateway's client opens only
+    with its lifespan). A checked key is trusted for ``key_cache_s`` seconds: a revoked
+    key is refused within that time.
+    """
+
+    def __init__(
+        self,
+        *,
+        sessions: Callable[[], sessionmaker[Session]],
+        redis: Callable[[], aioredis.Redis],
+        auth_failures_per_min: int,
+        key_cache_s: float = KEY_CACHE_S,
+    ) -> None:
+        self._sessions = sessions
+        self._redis = redis
+        self.auth_failures_per_min = auth_failures_per_min
+        self.key_cache_s = key_cache_s
+        # By the key's hash, never the secret: a memory dump must not yield live keys.
+        self._keys: dict[str, tuple[KeyIdentity, float]] = {}
+
+    async def authorize(self, authorization: str, address: str) -> KeyIdentity:
+        """The key behind an Authorization header; enforces the login and rate limits.
+
+        A valid key is always looked at, and admitted (within its own rate) even from an
+        address blocked for failed logins: behind a load balancer or NAT, other clients'
+        bad keys must not lock a tenant out. Only a missing or invalid key from a blocked
+        address is refused with the block.
+
+        Raises ``GatewayError``: 429 for a key over its rate, or a bad key from an address
+        with too many recent failed logins; 401 for a missing or invalid key.
+        """
+        scheme, _, secret = authorization.partition(" ")
+        secret = secret.strip() if scheme.lower() == "bearer" else ""
+        identity = await self._authenticate(secret) if secret else None
+        if identity is None:
+            await self._refuse(address, missing=not secret)
+        wait = await over_limit(self._redis(), identity.id, identity.rate_limit_per_min)
+        if wait is not None:
+            raise GatewayError(
+                f"rate limit of {identity.rate_limit_per_min} requests/min exceeded",
+                rate_limited(wait),
+            )
+        return identity
+
+    async def _refuse(self, address: str, *, missing: bool) -> NoReturn:
+        """Refuse a missing or invalid key: 429 while ``address`` is blocked (counted no
+        further), else 401 (counted against it)."""
+        limit = self.auth_failures_per_min
+        blocked = await auth_blocked(self._redis(), address, limit)
+        if blocked is not None:
+            raise GatewayError(
+                f"too many failed authentications from this address (limit {limit}/min)",
+                rate_limited(blocked),
+            )
+        await record_auth_failure(self._redis(), address)
+        if missing:
+            raise GatewayError("missing API key: send Authorization: Bearer <key>", UNAUTHORIZED)
+        raise GatewayError("invalid API key", UNAUTHORIZED)
+
+    def _cached_key(self, secret: str) -> KeyIdentity | None:
+        """The identity of a key checked less than ``key_cache_s`` ago, else None."""
+        if not secret:
+            return None
+        cached = self._keys.get(hash_secret(secret))
+        if cached is not None and time.monotonic() - cached[1] < self.key_cache_s:
+            return cached[0]
+        return None
+
+    async def _authenticate(self, secret: str) -> KeyIdentity | None:
+        # Known keys are remembered briefly: a database round trip per call would be
+        # most of what the gateway adds to a first token. Revocation lands within the TTL.
+        cached = self._cached_key(secret)
+        if cached is not None:
+            return cached
+        digest = hash_secret(secret)
+        self._keys.pop(digest, None)
+        identity = await asyncio.to_thread(authenticate, self._sessions(), secret)
+        if identity is not None:
+            self._keys[digest] = (identity, time.monotonic())
+        return identity
 
 
 class FrontDoor:

@@ -17,8 +17,15 @@ import psutil
 import pytest
 from sqlalchemy import select
 
-from bench.fault_lab import TIER, Lab, fault_lab
-from bench.faults import finished_reconnects, kill_loop, poison_job, redis_restart
+from bench.faults import (
+    TIER,
+    Lab,
+    fault_lab,
+    finished_reconnects,
+    kill_loop,
+    poison_job,
+    redis_restart,
+)
 from producer.batches import store
 from producer.batches.enqueue import enqueue_batch
 from producer.batches.status import BatchStatus

@@ -25,7 +25,8 @@ from producer.batches import store
 from producer.batches.runner import BatchRunner
 from producer.client import Client
 from producer.gateway import queue_metrics
-from producer.gateway.app import Gateway, create_app
+from producer.gateway.app import create_app
+from producer.gateway.context import GatewayContext
 from producer.gateway.keys import create_key
 from schemas.db import engine_of, make_engine, make_sessions
 from schemas.errors import InvalidRequest
@@ -152,7 +153,7 @@ def test_readyz_is_answered_from_a_recent_check_and_writes_nothing(
     clear_batches(integration_settings.database_url)
     app = create_app(integration_settings.model_copy(update={"readyz_cache_s": 30.0}))
     with TestClient(app) as http:
-        gateway: Gateway = app.state.gateway
+        gateway: GatewayContext = app.state.gateway
         statements: list[str] = []
 
         def count(_conn: object, _cursor: object, statement: str, *_rest: object) -> None:

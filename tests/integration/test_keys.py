@@ -8,8 +8,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from producer.cli import main
-from producer.gateway.app import Gateway, create_app
+from producer.gateway.app import create_app
 from producer.gateway.cli import format_keys
+from producer.gateway.context import GatewayContext
 from producer.gateway.keys import create_key, hash_secret, list_keys, revoke_key
 from schemas.db import make_engine, make_sessions
 from schemas.errors import KeyNotFound
@@ -81,10 +82,10 @@ def test_a_revoked_key_is_refused_once_the_key_cache_forgets_it(
     app = create_app(integration_settings, key_cache_s=0.5)
     with TestClient(app) as http:
         assert http.get("/v1/models", headers=headers).status_code == 200
-        gateway: Gateway = app.state.gateway
+        gateway: GatewayContext = app.state.gateway
         # The cache holds the key's hash, never the secret itself.
-        assert secret not in gateway._keys and hash_secret(secret) in gateway._keys
-        assert all(secret not in repr(entry) for entry in gateway._keys.values())
+        assert secret not in gateway.keys._keys and hash_secret(secret) in gateway.keys._keys
+        assert all(secret not in repr(entry) for entry in gateway.keys._keys.values())
 
         revoke_key(sessions, key.id)
         revoked_at = time.monotonic()

@@ -15,7 +15,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from producer.client import Client
-from producer.gateway.app import Gateway, create_app
+from producer.gateway.app import create_app
+from producer.gateway.context import GatewayContext
 from producer.gateway.keys import create_key, hash_secret
 from schemas.db import make_engine, make_sessions
 from schemas.settings import Settings
@@ -40,7 +41,7 @@ def gateway_losing(
     """A started gateway whose backends then change to ``broken`` settings."""
     app = create_app(settings, require_keys=require_keys)
     with TestClient(app, raise_server_exceptions=False) as http:
-        gateway: Gateway = app.state.gateway
+        gateway: GatewayContext = app.state.gateway
         lost = Client(settings.model_copy(update=broken), warm=False)
         monkeypatch.setattr(gateway.client, "_sync", lost)
         try:

@@ -13,15 +13,15 @@ from typing import Any, cast
 import pytest
 from pydantic import ValidationError
 
-from producer.gateway.completions import (
+from producer.gateway.metrics import GatewayMetrics
+from producer.gateway.protocol.text_completions import (
     DEFAULT_MAX_TOKENS,
     CompletionRequest,
-    completion_sse_events,
     legacy_logprobs,
     text_chunk,
     text_completion,
 )
-from producer.gateway.metrics import GatewayMetrics
+from producer.gateway.serving.text_completions import completion_sse_events
 from producer.submission import parse_request, request_hash
 from schemas.events import (
     AnyEvent,

@@ -7,10 +7,9 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from bench.http_cases import http_cases
-from bench.submit_fuzz import submit_cases
-from producer.gateway.app import resume_point
+from bench.http_fuzz import http_cases, submit_cases
 from producer.gateway.errors import GatewayError
+from producer.gateway.serving.common import resume_point
 from schemas.jobs import could_be_job_id
 from schemas.requests import EnqueueOptions, GenerationRequest
 

@@ -11,8 +11,8 @@ import pytest
 from pydantic import ValidationError
 
 from producer.batches.lines import LineInvalid, parse_line
-from producer.gateway import openai_models as oai
-from producer.gateway.openai_models import UNSERVED_FIELDS, ChatCompletionRequest
+from producer.gateway.protocol import chat as oai
+from producer.gateway.protocol.chat import UNSERVED_FIELDS, ChatCompletionRequest
 from producer.submission import parse_request, request_hash
 from schemas.errors import InvalidRequest
 from schemas.events import Timings, TokenEvent, TokenLogprob, TopLogprob, Usage, parse_event

@@ -14,9 +14,9 @@ from pydantic import ValidationError
 
 from producer.batches.lines import parse_line
 from producer.batches.views import output_line
-from producer.gateway import openai_models as oai
-from producer.gateway.openai_models import ChatCompletionRequest
-from producer.gateway.sse import ToolStream
+from producer.gateway.protocol import chat as oai
+from producer.gateway.protocol.chat import ChatCompletionRequest
+from producer.gateway.serving.chat import ToolStream
 from schemas.events import Timings, Usage
 from schemas.requests import GenerationRequest
 from schemas.sampling import StructuredOutput

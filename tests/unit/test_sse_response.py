@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from producer.gateway.sse import HEADERS_WAIT_S, SseResponse
+from producer.gateway.routes.sse import HEADERS_WAIT_S, SseResponse
 
 SCOPE: dict[str, Any] = {"type": "http", "asgi": {"spec_version": "2.4"}}
 
@@ -73,7 +73,7 @@ def test_headers_do_not_wait_long_for_a_job_still_queued() -> None:
 def test_a_stream_waiting_for_its_first_event_sends_keep_alive_comments(
     monkeypatch: Any,
 ) -> None:
-    from producer.gateway import sse
+    from producer.gateway.routes import sse
 
     monkeypatch.setattr(sse, "KEEPALIVE_S", 0.05)
     log: list[str] = []

@@ -9,13 +9,13 @@ from typing import Any
 from fastapi import FastAPI, Request
 
 from producer.conversations import load_summaries, summary_view
-from producer.gateway import openai_models as oai
 from producer.gateway.context import GatewayContext
+from producer.gateway.protocol.chat import ChatCompletionRequest
 
 CONVERSATION_HEADER = "x-conversation-id"
 
 
-def conversation_of(body: oai.ChatCompletionRequest, request: Request) -> str | None:
+def conversation_of(body: ChatCompletionRequest, request: Request) -> str | None:
     """The call's conversation: the ``X-Conversation-Id`` header, else the body's
     ``conversation_id``, else ``metadata.conversation_id``; None if none is given."""
     header = request.headers.get(CONVERSATION_HEADER)

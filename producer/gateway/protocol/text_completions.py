@@ -1,13 +1,16 @@
-"""``POST /v1/completions``: OpenAI's legacy text completions, as vLLM's server serves
-them. The prompt is continued as it is (no chat template): the job carries it as a raw
-prompt (``GenerationRequest.raw_prompt``), and rides the queue like any chat job.
+"""OpenAI's legacy text completions (``POST /v1/completions``), as vLLM's server serves
+them: the request the gateway accepts, and the ``text_completion`` objects (whole and
+streamed) it returns. The prompt is continued as it is (no chat template): the job
+carries it as a raw prompt (``GenerationRequest.raw_prompt``).
+
+Shapes only: nothing here opens a job or knows HTTP.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import (
@@ -20,12 +23,15 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from producer.aio import AsyncJobHandle
-from producer.gateway import openai_models as oai
-from producer.gateway.choice_stream import choice_sse_events
-from producer.gateway.metrics import GatewayMetrics
+from producer.gateway.protocol.common import (
+    ResponseFormat,
+    StreamOptions,
+    VllmStructuredOutputs,
+    sampling_fields,
+    usage_block,
+)
 from schemas.errors import InvalidRequest
-from schemas.events import ChoiceOutput, Timings, TokenEvent, TokenLogprob, Usage
+from schemas.events import ChoiceOutput, Timings, TokenLogprob, Usage
 from schemas.requests import MAX_CHOICES
 from schemas.sampling import MAX_TOP_LOGPROBS
 
@@ -54,7 +60,7 @@ class CompletionRequest(BaseModel):
     model: str
     prompt: Any
     stream: bool = False
-    stream_options: oai.StreamOptions | None = None
+    stream_options: StreamOptions | None = None
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
@@ -66,13 +72,13 @@ class CompletionRequest(BaseModel):
     logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS, strict=True)
     logit_bias: dict[str, float] | None = None
     user: str | None = None
-    response_format: oai.ResponseFormat | None = None
+    response_format: ResponseFormat | None = None
     # vLLM's sampling extras, sent by SDKs through extra_body.
     top_k: int | None = None
     min_p: float | None = None
     repetition_penalty: float | None = None
     min_tokens: int | None = None
-    structured_outputs: oai.VllmStructuredOutputs | None = None
+    structured_outputs: VllmStructuredOutputs | None = None
     # llmq extensions, sent by SDKs through extra_body.
     priority: Literal["interactive", "batch"] | None = None
     metadata: dict[str, Any] | None = None
@@ -127,7 +133,7 @@ class CompletionRequest(BaseModel):
     def _one_form_constraint(self) -> CompletionRequest:
         if self.structured_outputs is not None and self.response_format not in (
             None,
-            oai.ResponseFormat(type="text"),
+            ResponseFormat(type="text"),
         ):
             raise ValueError("send response_format or structured_outputs, not both")
         return self
@@ -167,7 +173,7 @@ class CompletionRequest(BaseModel):
         return request
 
     def _sampling(self) -> dict[str, Any]:
-        return oai.sampling_fields(self, logprobs=self.logprobs)
+        return sampling_fields(self, logprobs=self.logprobs)
 
 
 def completion_id(job_id: str) -> str:
@@ -230,7 +236,7 @@ def text_completion(
             }
             for choice in choices
         ],
-        "usage": oai.usage_block(usage),
+        "usage": usage_block(usage),
         "llmq": {"job_id": job_id, "tier": tier, "timings": timings.model_dump()},
     }
 
@@ -257,51 +263,5 @@ def text_chunk(
         else [{"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}],
     }
     if usage is not None:
-        body["usage"] = oai.usage_block(usage)
+        body["usage"] = usage_block(usage)
     return body
-
-
-def completion_sse_events(
-    handle: AsyncJobHandle,
-    *,
-    model: str,
-    from_seq: int,
-    logprobs: int | None,
-    include_usage: bool,
-    metrics: GatewayMetrics,
-    started: float,
-    timeout: float,
-) -> AsyncIterator[bytes]:
-    """Chunks from ``from_seq`` on, then ``[DONE]``; each SSE id is ``<job id>.<seq>``.
-
-    Each token's ``text_offset`` (with ``logprobs``) counts its choice's text before
-    it, in a resumed stream too.
-    """
-    job_id = handle.job_id
-
-    def piece(event: TokenEvent, before: int, _opening: bool) -> dict[str, Any]:
-        block = None
-        if logprobs is not None:
-            block = legacy_logprobs(event.logprobs or [], top=logprobs, offset=before)
-        return text_chunk(
-            job_id=job_id, model=model, text=event.text, logprobs=block, index=event.index
-        )
-
-    def finish(index: int, reason: str) -> dict[str, Any]:
-        return text_chunk(job_id=job_id, model=model, finish_reason=reason, index=index)
-
-    def usage_chunk(usage: Usage) -> dict[str, Any]:
-        return text_chunk(job_id=job_id, model=model, usage=usage)
-
-    return choice_sse_events(
-        handle,
-        model=model,
-        from_seq=from_seq,
-        include_usage=include_usage,
-        metrics=metrics,
-        started=started,
-        timeout=timeout,
-        piece=piece,
-        finish=finish,
-        usage_chunk=usage_chunk,
-    )

@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from producer.aio import AsyncJobHandle
-from producer.gateway import openai_models as oai
 from producer.gateway.metrics import GatewayMetrics
-from producer.gateway.sse import encode, error_chunk
+from producer.gateway.protocol.common import SSE_DONE, sse_event
+from producer.gateway.serving.common import error_chunk
 from schemas.errors import LlmqError, job_ended
 from schemas.events import ErrorEvent, FinalEvent, TokenEvent, Usage
 
@@ -59,24 +59,24 @@ async def choice_sse_events(
                     metrics.ttft.labels(model).observe(time.perf_counter() - started)
                     first = False
                 for payload in _token_chunks(event, before, opening, piece, finish, send=send):
-                    yield encode(event_id, payload)
+                    yield sse_event(event_id, payload)
             elif not send:
                 continue
             elif isinstance(event, FinalEvent):
                 for index, reason in _unended(event, seen.ended):
-                    yield encode(event_id, finish(index, reason))
+                    yield sse_event(event_id, finish(index, reason))
                 if include_usage:
-                    yield encode(event_id, usage_chunk(event.usage))
+                    yield sse_event(event_id, usage_chunk(event.usage))
             elif isinstance(event, ErrorEvent):
                 ended = job_ended(job_id, event.message, event.status)
                 status, error = error_chunk(ended, message=event.message)
-                yield encode(event_id, error)
+                yield sse_event(event_id, error)
     except LlmqError as exc:
         status, error = error_chunk(exc)
-        yield encode(None, error)
+        yield sse_event(None, error)
     finally:
         metrics.requests.labels(model, status).inc()
-    yield b"data: [DONE]\n\n"
+    yield SSE_DONE
 
 
 class _Seen:
@@ -118,44 +118,3 @@ def _unended(event: FinalEvent, ended: set[int]) -> list[tuple[int, str]]:
         for choice in event.choices
         if choice.index not in ended
     ]
-
-
-def chat_choice_events(
-    handle: AsyncJobHandle,
-    *,
-    model: str,
-    from_seq: int,
-    include_usage: bool,
-    metrics: GatewayMetrics,
-    started: float,
-    timeout: float,
-) -> AsyncIterator[bytes]:
-    """A chat completion of several choices as ``chat.completion.chunk`` events."""
-    job_id = handle.job_id
-
-    def piece(event: TokenEvent, _before: int, opening: bool) -> dict[str, Any]:
-        delta: dict[str, Any] = {"content": event.text}
-        if opening:
-            delta = {"role": "assistant", **delta}
-        return oai.chunk(
-            job_id=job_id, model=model, delta=delta, logprobs=event.logprobs, index=event.index
-        )
-
-    def finish(index: int, reason: str) -> dict[str, Any]:
-        return oai.chunk(job_id=job_id, model=model, delta={}, finish_reason=reason, index=index)
-
-    def usage_chunk(usage: Usage) -> dict[str, Any]:
-        return oai.chunk(job_id=job_id, model=model, delta={}, usage=usage)
-
-    return choice_sse_events(
-        handle,
-        model=model,
-        from_seq=from_seq,
-        include_usage=include_usage,
-        metrics=metrics,
-        started=started,
-        timeout=timeout,
-        piece=piece,
-        finish=finish,
-        usage_chunk=usage_chunk,
-    )

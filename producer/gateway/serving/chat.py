@@ -1,26 +1,97 @@
-"""A job's stream events as OpenAI ``chat.completion.chunk`` server-sent events."""
+"""Serving a chat completion: the request becomes a job, and the job's stream becomes
+``chat.completion.chunk`` events (one choice, or several each apart) or a whole
+``chat.completion``."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
-from fastapi.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
-
 from producer.aio import AsyncJobHandle
-from producer.gateway import openai_models as oai
-from producer.gateway.errors import http_error_for
+from producer.gateway.context import RESULT_TIMEOUT_S
 from producer.gateway.metrics import GatewayMetrics
+from producer.gateway.protocol.chat import (
+    ChatCompletionRequest,
+    answer_message,
+    chunk,
+    completion,
+    tool_call_deltas,
+)
+from producer.gateway.protocol.common import SSE_DONE, sse_event
+from producer.gateway.serving.choice_stream import choice_sse_events
+from producer.gateway.serving.common import (
+    Answer,
+    CallOptions,
+    JobServing,
+    WholeAnswer,
+    check_model,
+    error_chunk,
+)
 from schemas.errors import LlmqError, job_ended
-from schemas.events import ErrorEvent, FinalEvent, TokenEvent
+from schemas.events import ErrorEvent, FinalEvent, TokenEvent, Usage
 from schemas.tools import ToolCall, ToolUse, call_id, may_become_call
 
 
-async def sse_events(
+class ChatServing:
+    """``POST /v1/chat/completions`` once the route has read the call."""
+
+    def __init__(self, jobs: JobServing) -> None:
+        self.jobs = jobs
+
+    async def create(
+        self, body: ChatCompletionRequest, call: CallOptions, *, started: float
+    ) -> Answer:
+        """The call's answer: streamed when the body asks, else whole. ``started`` (a
+        ``time.perf_counter()``) is when the call arrived, for the first-token metric.
+
+        Raises ``GatewayError`` (404 for an unknown model, and what opening the job
+        raises), ``InvalidRequest`` past the settings' bounds, and the client's errors.
+        """
+        gateway = self.jobs.gateway
+        settings = gateway.settings
+        check_model(body.model, settings)
+        body.check_bounds(
+            max_messages=settings.max_messages, max_message_chars=settings.max_message_chars
+        )
+        opened = await self.jobs.open_job(
+            call, stream=body.stream, request=body.to_llmq, tier=body.model, priority=body.priority
+        )
+        if body.stream:
+            # Several choices stream each apart (choice_stream); a tool answer is one.
+            stream = (
+                chat_choice_events
+                if body.n > 1
+                else partial(chat_sse_events, tool_use=body.tool_use())
+            )
+            events = stream(
+                opened.handle,
+                model=body.model,
+                from_seq=opened.from_seq,
+                include_usage=bool(body.stream_options and body.stream_options.include_usage),
+                metrics=gateway.metrics,
+                started=started,
+                timeout=RESULT_TIMEOUT_S,
+            )
+            return self.jobs.streamed(opened, events)
+        result = await self.jobs.whole(opened.handle, body.model)
+        answer = completion(
+            job_id=result.job_id,
+            model=body.model,
+            text=result.text,
+            finish_reason=result.finish_reason,
+            usage=result.usage,
+            timings=result.timings,
+            tier=result.tier.value,
+            logprobs=(result.logprobs or []) if body.logprobs else None,
+            tool_use=body.tool_use(),
+            choices=result.choices,
+        )
+        return WholeAnswer(opened.handle, answer)
+
+
+async def chat_sse_events(
     handle: AsyncJobHandle,
     *,
     model: str,
@@ -54,8 +125,8 @@ async def sse_events(
                     continue  # held: it may be part of a call
                 delta, role_pending = _opening(delta, role_pending), False
                 logprobs = event.logprobs if tools is None or tools.streams_tokens else None
-                chunk = oai.chunk(job_id=job_id, model=model, delta=delta, logprobs=logprobs)
-                yield encode(event_id, chunk)
+                piece = chunk(job_id=job_id, model=model, delta=delta, logprobs=logprobs)
+                yield sse_event(event_id, piece)
             elif isinstance(event, FinalEvent):
                 rest, reason = (
                     tools.on_final(event.text, event.finish_reason)
@@ -64,32 +135,24 @@ async def sse_events(
                 )
                 if rest is not None:
                     rest, role_pending = _opening(rest, role_pending), False
-                    yield encode(event_id, oai.chunk(job_id=job_id, model=model, delta=rest))
-                yield encode(
+                    yield sse_event(event_id, chunk(job_id=job_id, model=model, delta=rest))
+                yield sse_event(
                     event_id,
-                    oai.chunk(job_id=job_id, model=model, delta={}, finish_reason=reason),
+                    chunk(job_id=job_id, model=model, delta={}, finish_reason=reason),
                 )
                 if include_usage:
-                    usage = oai.chunk(job_id=job_id, model=model, delta={}, usage=event.usage)
-                    yield encode(event_id, usage)
+                    usage = chunk(job_id=job_id, model=model, delta={}, usage=event.usage)
+                    yield sse_event(event_id, usage)
             elif isinstance(event, ErrorEvent):
                 ended = job_ended(job_id, event.message, event.status)
                 status, error = error_chunk(ended, message=event.message)
-                yield encode(event_id, error)
+                yield sse_event(event_id, error)
     except LlmqError as exc:
         status, error = error_chunk(exc)
-        yield encode(None, error)
+        yield sse_event(None, error)
     finally:
         metrics.requests.labels(model, status).inc()
-    yield b"data: [DONE]\n\n"
-
-
-def error_chunk(exc: LlmqError, *, message: str | None = None) -> tuple[str, dict[str, Any]]:
-    """The HTTP status a stream that ended in ``exc`` is counted under, and the error
-    body it sends in OpenAI's format (``message``, else the error's own text)."""
-    http = http_error_for(exc)
-    text = str(exc) if message is None else message
-    return str(http.status), oai.error_body(text, kind=http.kind, code=http.code)
+    yield SSE_DONE
 
 
 def _opening(delta: dict[str, Any], first: bool) -> dict[str, Any]:
@@ -148,73 +211,49 @@ class ToolStream:
             return None, reason
         if self._use.named() is not None and self._announced:
             return None, reason if reason == "length" else "tool_calls"
-        message, reason = oai.answer_message(self._job_id, text, finish_reason, self._use)
+        message, reason = answer_message(self._job_id, text, finish_reason, self._use)
         if not message.get("tool_calls"):
             return {"content": text}, reason
         calls = [ToolCall.model_validate(call) for call in message["tool_calls"]]
-        return {"content": message["content"], "tool_calls": oai.tool_call_deltas(calls)}, reason
+        return {"content": message["content"], "tool_calls": tool_call_deltas(calls)}, reason
 
 
-def encode(event_id: str | None, payload: dict[str, Any]) -> bytes:
-    """One SSE event."""
-    head = f"id: {event_id}\n" if event_id else ""
-    return f"{head}data: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
+def chat_choice_events(
+    handle: AsyncJobHandle,
+    *,
+    model: str,
+    from_seq: int,
+    include_usage: bool,
+    metrics: GatewayMetrics,
+    started: float,
+    timeout: float,
+) -> AsyncIterator[bytes]:
+    """A chat completion of several choices as ``chat.completion.chunk`` events."""
+    job_id = handle.job_id
 
+    def piece(event: TokenEvent, _before: int, opening: bool) -> dict[str, Any]:
+        delta: dict[str, Any] = {"content": event.text}
+        if opening:
+            delta = {"role": "assistant", **delta}
+        return chunk(
+            job_id=job_id, model=model, delta=delta, logprobs=event.logprobs, index=event.index
+        )
 
-HEADERS_WAIT_S = 0.05
-"""How long a stream's headers wait for its first event to go out with it."""
-KEEPALIVE_S = 15.0
-"""Before its first event, a stream sends an SSE comment after this long of silence
-(clients' read timeouts are often a minute or a few; a batch job may wait longer)."""
-KEEPALIVE = b": keep-alive\n\n"
+    def finish(index: int, reason: str) -> dict[str, Any]:
+        return chunk(job_id=job_id, model=model, delta={}, finish_reason=reason, index=index)
 
+    def usage_chunk(usage: Usage) -> dict[str, Any]:
+        return chunk(job_id=job_id, model=model, delta={}, usage=usage)
 
-class SseResponse(StreamingResponse):
-    """The gateway's event stream: headers go out with the first event, and what the
-    stream held (its slot, its early subscription) is given back however it ends.
-
-    Sending the headers at once would wake the client to read them just as the worker
-    hands the job to its engine, on a small host on the same core; with the first event
-    they cost nothing there. Headers wait at most ``HEADERS_WAIT_S``, so a job that
-    waits in its queue is still answered at once. ``release`` runs after the response
-    returns, raises or is cancelled (the client went away), which a ``finally`` in the
-    body generator alone cannot promise: a generator cancelled before its first step
-    never runs its ``finally``.
-    """
-
-    def __init__(
-        self,
-        content: AsyncIterable[bytes],
-        *,
-        release: Callable[[], Awaitable[None]],
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(content, media_type="text/event-stream", headers=headers)
-        self._release = release
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self._release()
-
-    async def stream_response(self, send: Send) -> None:
-        chunks = aiter(self.body_iterator)
-        first = asyncio.ensure_future(anext(chunks, None))
-        try:
-            await asyncio.wait({first}, timeout=HEADERS_WAIT_S)
-            start = {"type": "http.response.start", "status": self.status_code}
-            await send({**start, "headers": self.raw_headers})
-            # A job may wait long in its queue: a comment now and then keeps clients
-            # and proxies from taking the silence for a dead connection.
-            while not first.done():
-                done, _ = await asyncio.wait({first}, timeout=KEEPALIVE_S)
-                if not done:
-                    await send({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
-            chunk = first.result()
-        finally:
-            first.cancel()  # a no-op once read: it stops the read only on a failure
-        while chunk is not None:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            chunk = await anext(chunks, None)
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    return choice_sse_events(
+        handle,
+        model=model,
+        from_seq=from_seq,
+        include_usage=include_usage,
+        metrics=metrics,
+        started=started,
+        timeout=timeout,
+        piece=piece,
+        finish=finish,
+        usage_chunk=usage_chunk,
+    )

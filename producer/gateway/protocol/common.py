@@ -1,0 +1,161 @@
+"""OpenAI's wire shapes that chat and text completions share: stream options, the
+answer's form (``response_format``, vLLM's ``structured_outputs``), the sampling fields
+both requests carry, the usage block, the error envelope, and an SSE event's framing.
+
+Shapes only: nothing here opens a job or knows HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from schemas.events import Usage
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    include_usage: bool = False
+
+
+class JsonSchemaFormat(BaseModel):
+    """``response_format.json_schema``: the schema the answer must match.
+
+    The engine constrains every token to the schema, so an answer always matches it:
+    ``strict`` is honoured whatever its value.
+    """
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    schema_: dict[str, Any] = Field(alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """``response_format``: free text, any JSON object, or JSON matching a schema."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_iff_json_schema(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("type json_schema needs json_schema (its name and schema)")
+        if self.type != "json_schema" and self.json_schema is not None:
+            raise ValueError(f"type {self.type} takes no json_schema")
+        return self
+
+
+class VllmStructuredOutputs(BaseModel):
+    """vLLM's ``structured_outputs`` (sent through ``extra_body``): exactly one of
+    a JSON schema, any JSON object, a choice among strings, or a regex."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    json_: dict[str, Any] | None = Field(default=None, alias="json")
+    json_object: Literal[True] | None = None
+    choice: list[str] | None = None
+    regex: str | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> VllmStructuredOutputs:
+        given = [
+            name
+            for name, value in (
+                ("json", self.json_),
+                ("json_object", self.json_object),
+                ("choice", self.choice),
+                ("regex", self.regex),
+            )
+            if value is not None
+        ]
+        if len(given) != 1:
+            raise ValueError(
+                "structured_outputs takes exactly one of json, json_object, choice, regex; "
+                f"got {', '.join(given) or 'none'}"
+            )
+        return self
+
+    def constraint(self) -> dict[str, Any]:
+        """The equivalent ``schemas.sampling.StructuredOutput`` fields."""
+        if self.json_ is not None:
+            return {"kind": "json_schema", "json_schema": self.json_}
+        if self.json_object:
+            return {"kind": "json_object"}
+        if self.choice is not None:
+            return {"kind": "choice", "choice": self.choice}
+        return {"kind": "regex", "regex": self.regex}
+
+
+class SamplingFields(Protocol):
+    """What a chat or text completion request says of sampling, by OpenAI's names."""
+
+    presence_penalty: float | None
+    frequency_penalty: float | None
+    repetition_penalty: float | None
+    top_k: int | None
+    min_p: float | None
+    min_tokens: int | None
+    logit_bias: dict[str, float] | None
+    structured_outputs: VllmStructuredOutputs | None
+    response_format: ResponseFormat | None
+
+
+def sampling_fields(request: SamplingFields, *, logprobs: int | None) -> dict[str, Any]:
+    """``schemas.sampling.Sampling`` fields, those the caller set; ``logprobs`` is the
+    number of top log probabilities asked for (None: none)."""
+    sampling: dict[str, Any] = {
+        name: value
+        for name, value in (
+            ("presence_penalty", request.presence_penalty),
+            ("frequency_penalty", request.frequency_penalty),
+            ("repetition_penalty", request.repetition_penalty),
+            ("top_k", request.top_k),
+            ("min_p", request.min_p),
+            ("min_tokens", request.min_tokens),
+            ("logprobs", logprobs),
+        )
+        if value is not None
+    }
+    if request.logit_bias:
+        sampling["logit_bias"] = {int(token): b for token, b in request.logit_bias.items()}
+    if request.structured_outputs is not None:
+        sampling["structured"] = request.structured_outputs.constraint()
+    elif request.response_format is not None and request.response_format.type == "json_object":
+        sampling["structured"] = {"kind": "json_object"}
+    elif request.response_format is not None and request.response_format.json_schema is not None:
+        schema = request.response_format.json_schema.schema_
+        sampling["structured"] = {"kind": "json_schema", "json_schema": schema}
+    return sampling
+
+
+def usage_block(usage: Usage) -> dict[str, Any]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_prompt_tokens},
+    }
+
+
+def error_body(message: str, *, kind: str, code: str | None = None) -> dict[str, Any]:
+    """OpenAI's error envelope."""
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+def sse_event(event_id: str | None, payload: dict[str, Any]) -> bytes:
+    """One server-sent event carrying ``payload`` as JSON; ``event_id`` (None: no id)
+    is what a client sends back as ``Last-Event-ID`` to resume."""
+    head = f"id: {event_id}\n" if event_id else ""
+    return f"{head}data: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
+
+
+SSE_DONE = b"data: [DONE]\n\n"
+"""The event that ends every stream, after its last chunk."""

@@ -1,0 +1,102 @@
+"""OpenAI's inference paths: ``GET /v1/models``, ``POST /v1/chat/completions`` and
+``POST /v1/completions``. HTTP only: the body is parsed by its protocol model, the
+headers become ``CallOptions``, and the serving layer's answer becomes a JSON or
+event-stream response with the job's tier headers."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from producer.aio import AsyncJobHandle
+from producer.gateway.context import GatewayContext
+from producer.gateway.protocol.chat import ChatCompletionRequest
+from producer.gateway.protocol.text_completions import CompletionRequest
+from producer.gateway.routes.conversations import conversation_of
+from producer.gateway.routes.sse import SseResponse
+from producer.gateway.serving.chat import ChatServing
+from producer.gateway.serving.common import (
+    Answer,
+    CallOptions,
+    JobServing,
+    StreamedAnswer,
+    served_models,
+)
+from producer.gateway.serving.text_completions import TextCompletionServing
+
+
+class OpenAiRoutes:
+    """The handlers, sharing the gateway and one serving layer."""
+
+    def __init__(self, gateway: GatewayContext) -> None:
+        self.gateway = gateway
+        jobs = JobServing(gateway)
+        self.chat = ChatServing(jobs)
+        self.text = TextCompletionServing(jobs)
+
+    async def models(self, request: Request) -> dict[str, Any]:
+        await self.gateway.identify(request)
+        data = [
+            {"id": m, "object": "model", "created": 0, "owned_by": "llmq"}
+            for m in served_models(self.gateway.settings)
+        ]
+        return {"object": "list", "data": data}
+
+    async def chat_completions(
+        self, body: ChatCompletionRequest, request: Request
+    ) -> JSONResponse | StreamingResponse:
+        started = time.perf_counter()
+        call = await self._call(request, conversation_of(body, request))
+        return respond(await self.chat.create(body, call, started=started))
+
+    async def completions(
+        self, body: CompletionRequest, request: Request
+    ) -> JSONResponse | StreamingResponse:
+        """``POST /v1/completions``: the prompt continued as it is, without the chat
+        template; a job like a chat completion's (keys, priorities, idempotency, resume)."""
+        started = time.perf_counter()
+        call = await self._call(request, None)
+        return respond(await self.text.create(body, call, started=started))
+
+    async def _call(self, request: Request, conversation_id: str | None) -> CallOptions:
+        """What the call says beside its body; raises a 401 ``GatewayError`` for a call
+        that escaped the front door without a key."""
+        headers = request.headers
+        return CallOptions(
+            identity=await self.gateway.identify(request),
+            priority=headers.get("x-priority"),
+            idempotency_key=headers.get("idempotency-key"),
+            last_event_id=headers.get("last-event-id"),
+            conversation_id=conversation_id,
+        )
+
+
+def respond(answer: Answer) -> JSONResponse | StreamingResponse:
+    """The HTTP response of a served answer, with the job's tier headers; a stream's
+    release runs however its response ends."""
+    headers = tier_headers(answer.handle)
+    if isinstance(answer, StreamedAnswer):
+        return SseResponse(answer.events, release=answer.release, headers=headers)
+    return JSONResponse(answer.body, headers=headers)
+
+
+def tier_headers(handle: AsyncJobHandle) -> dict[str, str]:
+    """``x-llmq-tier`` (the tier that serves the job) and, for ``auto``,
+    ``x-llmq-routed-tier`` (the tier the classifier chose)."""
+    headers = {"x-llmq-tier": handle.tier.value}
+    if handle.routed_tier is not None:
+        headers["x-llmq-routed-tier"] = handle.routed_tier.value
+    return headers
+
+
+def add_openai_routes(app: FastAPI, gateway: GatewayContext) -> None:
+    """Add ``/v1/models``, ``/v1/chat/completions`` and ``/v1/completions``."""
+    routes = OpenAiRoutes(gateway)
+    app.add_api_route("/v1/models", routes.models, methods=["GET"])
+    app.add_api_route(
+        "/v1/chat/completions", routes.chat_completions, methods=["POST"], response_model=None
+    )
+    app.add_api_route("/v1/completions", routes.completions, methods=["POST"], response_model=None)
