@@ -11,7 +11,9 @@ from typing import Any, ClassVar
 
 import pytest
 
-from bench.mixed import Replay, Target, request_arguments, side_figures
+from bench.goodput import side_figures
+from bench.mixed import Replay
+from bench.mixed_target import Target, request_arguments
 from bench.trace import Event
 
 openai = pytest.importorskip("openai")

@@ -197,7 +197,8 @@ def test_a_tier_costs_one_unless_configured() -> None:
 
 
 def test_the_report_holds_every_side_s_figures_and_the_ratios() -> None:
-    from bench.mixed import Side, SideRun, report
+    from bench.mixed_report import SideRun, report
+    from bench.mixed_sides import Side
     from bench.trace import Event
     from schemas.queues import Tier
     from schemas.settings import Settings
