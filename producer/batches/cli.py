@@ -147,7 +147,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _results(args: argparse.Namespace) -> int:
-    from producer.batches import store
+    from producer.batches import results, store
     from producer.client import Client
     from schemas.settings import Settings
 
@@ -157,9 +157,9 @@ def _results(args: argparse.Namespace) -> int:
             client.sessions, batch.id, cancel_batch_jobs=client.cancel_batch_jobs
         )
         with client.sessions() as session:
-            for text in store.output_lines(session, batch):
+            for text in results.output_lines(session, batch):
                 sys.stdout.write(text + "\n")
-            for text in store.error_lines(session, batch):
+            for text in results.error_lines(session, batch):
                 sys.stdout.write(text + "\n")
     print(
         f"batch {batch.id} is {batch.status}: {batch.completed} answered, {batch.failed} failed,"

@@ -22,8 +22,9 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from producer.batches.lines import BatchLine, LineInvalid, parse_line
+from producer.batches.results import input_lines
 from producer.batches.status import BatchStatus
-from producer.batches.store import LEASE, input_lines, line_key, refresh_batch
+from producer.batches.store import LEASE, line_key, refresh_batch
 from producer.client import Client
 from schemas.boundary import database_boundary
 from schemas.errors import IdempotencyConflict, InvalidRequest, PromptTooLong, QueueFull

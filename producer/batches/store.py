@@ -2,42 +2,48 @@
 
 Every lookup takes ``owner``: a string is the caller's namespace (an API key id), and
 a row of another owner does not exist for it (``NotFound``, never "forbidden"); None
-means no check (a gateway without keys, an operator's CLI).
+means no check (a gateway without keys, an operator's CLI). An upload's lines are
+stored by :mod:`producer.batches.uploads`; pages of rows are read by
+:mod:`producer.batches.results`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import IO, Any, NamedTuple, Protocol
 
-from sqlalchemy import ColumnElement, delete, func, insert, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from producer.batches.lines import ENDPOINTS, MAX_CUSTOM_ID_CHARS, peek_custom_id
-from producer.batches.status import ACTIVE, BatchStatus, Tally, next_status, parse_window
-from producer.batches.views import error_line, job_error_code, output_line
-from schemas.boundary import DATABASE_ERRORS, database_boundary
+from producer.batches.lines import ENDPOINTS
+from producer.batches.results import (
+    error_lines,
+    output_lines,
+    paged_error_lines,
+    paged_input_lines,
+    paged_output_lines,
+    tally,
+    unfinished_jobs,
+)
+from producer.batches.status import ACTIVE, BatchStatus, next_status, parse_window
+from producer.batches.uploads import forget_lines, store_lines
+from schemas.boundary import database_boundary
 from schemas.errors import InUse, InvalidRequest, JobNotFound, QuotaExceeded
-from schemas.jobs import JobStatus
 from schemas.queues import Tier
 from schemas.settings import Settings
-from schemas.tables import Batch, BatchFile, BatchFileLine, BatchLineError, Job, as_utc, utcnow
+from schemas.tables import Batch, BatchFile, BatchFileLine, as_utc, utcnow
 
 INPUT_PURPOSE = "batch"
 OUTPUT_PURPOSE = "batch_output"
 ERROR_PURPOSE = "batch_error"
-INSERT_CHUNK = 1000
 MAX_LINES = 50_000
 """Request lines in one batch file, at most (OpenAI's limit)."""
-READ_CHUNK = 500
 CONTENT_PIECE_BYTES = 64 * 1024
 MAX_LIST_LIMIT = 100
-UNFINISHED = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
 
 QUOTA_RETRY_S = 60
 """Retry-After of a quota refusal: about when a batch may have ended or a file been deleted."""
@@ -138,13 +144,13 @@ def create_file(
         created_at=utcnow(),
     )
     try:
-        row.bytes, row.lines = _store_lines(sessions, stream, row.id, max_line_bytes, max_lines)
+        row.bytes, row.lines = store_lines(sessions, stream, row.id, max_line_bytes, max_lines)
         with database_boundary("store the uploaded file"), sessions.begin() as session:
             if quotas is not None and owner is not None:
                 _check_file_quota(session, owner, quotas, adding=row.bytes)
             session.add(row)
     except BaseException:
-        _forget_lines(sessions, row.id)
+        forget_lines(sessions, row.id)
         raise
     return row
 
@@ -174,82 +180,6 @@ def _check_file_quota(session: Session, owner: str, quotas: Quotas, *, adding: i
             quota="stored_bytes",
             retry_after_s=QUOTA_RETRY_S,
         )
-
-
-def _store_lines(
-    sessions: sessionmaker[Session],
-    stream: IO[bytes],
-    file_id: str,
-    max_line_bytes: int,
-    max_lines: int,
-) -> tuple[int, int]:
-    """Insert the upload's lines in chunks; its size in bytes and its line count."""
-    seen: set[str] = set()  # at most max_lines ids
-    pending: list[dict[str, Any]] = []
-    size = count = physical = 0
-    while raw := stream.readline(max_line_bytes + 2):  # room for the line's ending
-        size += len(raw)
-        physical += 1
-        content = raw.rstrip(b"\r\n")
-        if len(content) > max_line_bytes:
-            raise InvalidRequest(
-                f"line {physical} of the file is longer than the limit of "
-                f"{max_line_bytes} bytes a line"
-            )
-        if not content.strip():
-            continue
-        if count >= max_lines:
-            raise InvalidRequest(
-                f"the file has more than {max_lines} request lines, the limit of one batch"
-            )
-        pending.append(_stored_line(file_id, count, content, seen))
-        count += 1
-        if len(pending) >= INSERT_CHUNK:
-            _insert_lines(sessions, pending)
-            pending = []
-    if pending:
-        _insert_lines(sessions, pending)
-    if count == 0:
-        raise InvalidRequest("the file has no lines: a batch file holds one request a line")
-    return size, count
-
-
-def _insert_lines(sessions: sessionmaker[Session], lines: list[dict[str, Any]]) -> None:
-    with database_boundary("store the uploaded file"), sessions.begin() as session:
-        session.execute(insert(BatchFileLine), lines)
-
-
-def _forget_lines(sessions: sessionmaker[Session], file_id: str) -> None:
-    """Remove what a refused or failed upload stored (its file row was never written)."""
-    # With the database gone this fails too; the lines left belong to no file and are
-    # never read.
-    with contextlib.suppress(*DATABASE_ERRORS), sessions.begin() as session:
-        session.execute(delete(BatchFileLine).where(BatchFileLine.file_id == file_id))
-
-
-def _stored_line(file_id: str, line_no: int, raw: bytes, seen: set[str]) -> dict[str, Any]:
-    problem = None
-    custom_id = None
-    try:
-        text = raw.decode("utf-8").strip()
-    except UnicodeDecodeError:
-        problem, text = "the line is not UTF-8 text", ""
-    if "\x00" in text:
-        # PostgreSQL text cannot hold NUL, and JSON never needs a raw one.
-        problem, text = "the line holds a NUL character", ""
-    if problem is None:
-        custom_id = peek_custom_id(text)
-        if custom_id is not None:
-            if custom_id in seen:
-                problem = f"custom_id {custom_id!r} repeats an earlier line's"
-            seen.add(custom_id)
-    return {
-        "file_id": file_id,
-        "line_no": line_no,
-        "content": text,
-        "custom_id": custom_id[:MAX_CUSTOM_ID_CHARS] if custom_id else None,
-        "problem": problem,
-    }
 
 
 def _could_be_id(value: str) -> bool:
@@ -314,71 +244,6 @@ def _drop_lines(sessions: sessionmaker[Session], file_id: str, lines: int) -> No
             )
 
 
-Reader = Callable[[], AbstractContextManager[Session]]
-"""Opens a session for one page of rows: a session factory (a short session per page)
-or ``lambda: nullcontext(session)`` (every page in a session the caller holds)."""
-
-
-def input_lines(
-    session: Session, file_id: str, *, start: int = 0, stop: int | None = None
-) -> Iterator[BatchFileLine]:
-    """The stored lines of an upload from ``start`` to ``stop``, in order, a chunk at a time."""
-    return _input_lines(lambda: nullcontext(session), file_id, start=start, stop=stop)
-
-
-def _input_lines(
-    read: Reader, file_id: str, *, start: int = 0, stop: int | None = None
-) -> Iterator[BatchFileLine]:
-    at = start
-    while stop is None or at < stop:
-        query = select(BatchFileLine).where(
-            BatchFileLine.file_id == file_id, BatchFileLine.line_no >= at
-        )
-        if stop is not None:
-            query = query.where(BatchFileLine.line_no < stop)
-        with read() as session:
-            rows = session.scalars(query.order_by(BatchFileLine.line_no).limit(READ_CHUNK)).all()
-        if not rows:
-            return
-        yield from rows
-        at = rows[-1].line_no + 1
-
-
-def _jobs(read: Reader, *where: ColumnElement[bool]) -> Iterator[Job]:
-    """Job rows matching ``where`` in (created_at, id) order, a page per read."""
-    after: tuple[datetime, str] | None = None
-    while True:
-        query = select(Job).where(*where)
-        if after is not None:
-            created, job_id = after
-            query = query.where(
-                (Job.created_at > created) | ((Job.created_at == created) & (Job.id > job_id))
-            )
-        with read() as session:
-            rows = session.scalars(query.order_by(Job.created_at, Job.id).limit(READ_CHUNK)).all()
-        if not rows:
-            return
-        yield from rows
-        after = (rows[-1].created_at, rows[-1].id)
-
-
-def _line_errors(read: Reader, batch_id: str) -> Iterator[BatchLineError]:
-    at = -1
-    while True:
-        query = (
-            select(BatchLineError)
-            .where(BatchLineError.batch_id == batch_id, BatchLineError.line_no > at)
-            .order_by(BatchLineError.line_no)
-            .limit(READ_CHUNK)
-        )
-        with read() as session:
-            rows = session.scalars(query).all()
-        if not rows:
-            return
-        yield from rows
-        at = rows[-1].line_no
-
-
 def file_content(sessions: sessionmaker[Session], row: BatchFile) -> Iterator[bytes]:
     """The file's content, lines each ending with a newline, in pieces of about
     ``CONTENT_PIECE_BYTES``.
@@ -393,13 +258,17 @@ def file_content(sessions: sessionmaker[Session], row: BatchFile) -> Iterator[by
             yield session
 
     if row.purpose == INPUT_PURPOSE:
-        texts: Iterator[str] = (line.content for line in _input_lines(read, row.id, stop=row.lines))
+        texts: Iterator[str] = (
+            line.content for line in paged_input_lines(read, row.id, stop=row.lines)
+        )
     else:
         with read() as session:
             batch = session.get(Batch, row.batch_id or "")
         if batch is None:
             return
-        texts = (_output_lines if row.purpose == OUTPUT_PURPOSE else _error_lines)(read, batch)
+        texts = (paged_output_lines if row.purpose == OUTPUT_PURPOSE else paged_error_lines)(
+            read, batch
+        )
     piece: list[bytes] = []
     size = 0
     for text in texts:
@@ -411,56 +280,6 @@ def file_content(sessions: sessionmaker[Session], row: BatchFile) -> Iterator[by
             piece, size = [], 0
     if piece:
         yield b"".join(piece)
-
-
-def output_lines(session: Session, batch: Batch) -> Iterator[str]:
-    """The batch's answered lines, in OpenAI's output shape."""
-    return _output_lines(lambda: nullcontext(session), batch)
-
-
-def _output_lines(read: Reader, batch: Batch) -> Iterator[str]:
-    for job in _jobs(read, Job.batch_id == batch.id, Job.status == JobStatus.DONE.value):
-        yield output_line(job)
-
-
-def error_lines(session: Session, batch: Batch) -> Iterator[str]:
-    """The batch's lines without an answer: invalid ones, jobs that ended otherwise,
-    and, once the batch is over, jobs still unfinished and lines never enqueued."""
-    return _error_lines(lambda: nullcontext(session), batch)
-
-
-def _error_lines(read: Reader, batch: Batch) -> Iterator[str]:
-    for error in _line_errors(read, batch.id):
-        yield error_line(
-            line_id=f"batch_req_{batch.id}_{error.line_no}",
-            custom_id=error.custom_id,
-            code=error.code,
-            message=error.message,
-        )
-    over = BatchStatus(batch.status).is_final
-    statuses = [s.value for s in JobStatus if s is not JobStatus.DONE]
-    if not over:
-        statuses = [s for s in statuses if s not in UNFINISHED]
-    for job in _jobs(read, Job.batch_id == batch.id, Job.status.in_(statuses)):
-        yield error_line(
-            line_id=f"batch_req_{job.id}",
-            custom_id=job.custom_id,
-            code=job_error_code(job, batch.status),
-            message=job.error or f"the request ended {job.status}",
-            request_id=job.id,
-        )
-    if over and batch.enqueued < batch.total:
-        code = "batch_expired" if batch.status == BatchStatus.EXPIRED else "batch_cancelled"
-        for line in _input_lines(read, batch.input_file_id, start=batch.enqueued, stop=batch.total):
-            yield error_line(
-                line_id=f"batch_req_{batch.id}_{line.line_no}",
-                custom_id=line.custom_id,
-                code=code,
-                message=f"the batch was {batch.status} before this line was sent",
-            )
-
-
-# ---------------------------------------------------------------- batches
 
 
 def create_batch(
@@ -569,37 +388,6 @@ def list_batches(
             )
         rows = list(session.scalars(query.limit(limit + 1)))
     return rows[:limit], len(rows) > limit
-
-
-def tally(session: Session, batch: Batch) -> Tally:
-    """Count where the batch's lines are, from its job rows and line errors."""
-    by_status = dict(
-        session.execute(
-            select(Job.status, func.count()).where(Job.batch_id == batch.id).group_by(Job.status)
-        ).all()
-    )
-    invalid = session.scalar(select(func.count()).where(BatchLineError.batch_id == batch.id))
-    unfinished = sum(int(by_status.get(s, 0)) for s in UNFINISHED)
-    done = int(by_status.get(JobStatus.DONE.value, 0))
-    ended = sum(int(n) for n in by_status.values()) - unfinished - done
-    return Tally(
-        total=batch.total,
-        handled=batch.enqueued,
-        invalid=int(invalid or 0),
-        done=done,
-        ended=ended,
-        unfinished=unfinished,
-    )
-
-
-def unfinished_jobs(sessions: sessionmaker[Session], batch_id: str) -> list[str]:
-    """Ids of the batch's jobs still queued or running."""
-    with database_boundary("read the batch's jobs"), sessions() as session:
-        return list(
-            session.scalars(
-                select(Job.id).where(Job.batch_id == batch_id, Job.status.in_(UNFINISHED))
-            )
-        )
 
 
 def refresh_batch(

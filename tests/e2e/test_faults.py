@@ -17,16 +17,9 @@ import psutil
 import pytest
 from sqlalchemy import select
 
-from bench.faults import (
-    TIER,
-    Lab,
-    fault_lab,
-    finished_reconnects,
-    kill_loop,
-    poison_job,
-    redis_restart,
-)
-from producer.batches import store
+from bench.fault_lab import TIER, Lab, fault_lab
+from bench.faults import finished_reconnects, kill_loop, poison_job, redis_restart
+from producer.batches import results, store
 from producer.batches.enqueue import enqueue_batch
 from producer.batches.status import BatchStatus
 from producer.client import Client
@@ -161,7 +154,7 @@ def test_a_batch_survives_a_worker_kill(lab: tuple[Lab, Client]) -> None:
         time.sleep(0.5)
     assert row.status == BatchStatus.COMPLETED.value
     with client.sessions() as session:
-        output = [json.loads(line) for line in store.output_lines(session, row)]
+        output = [json.loads(line) for line in results.output_lines(session, row)]
         attempts = session.scalars(select(Job.attempts).where(Job.batch_id == batch_id)).all()
     answered = sorted(line["custom_id"] for line in output)
     assert answered == sorted(f"line-{n}" for n in range(lines))  # each line once

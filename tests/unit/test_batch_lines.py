@@ -10,7 +10,7 @@ import pytest
 
 from producer.batches.lines import LineInvalid, parse_line, peek_custom_id
 from producer.batches.status import BatchStatus, Tally, next_status, parse_window
-from producer.batches.store import _stored_line
+from producer.batches.uploads import stored_line
 from schemas.errors import InvalidRequest
 from schemas.progress import ProgressBar
 
@@ -75,9 +75,9 @@ def test_custom_ids_are_peeked_without_raising() -> None:
 
 def test_stored_lines_note_repeats_and_undecodable_bytes() -> None:
     seen: set[str] = set()
-    first = _stored_line("f", 0, raw().encode() + b"\n", seen)
-    again = _stored_line("f", 1, raw().encode(), seen)
-    binary = _stored_line("f", 2, b"\xff\xfe\n", seen)
+    first = stored_line("f", 0, raw().encode() + b"\n", seen)
+    again = stored_line("f", 1, raw().encode(), seen)
+    binary = stored_line("f", 2, b"\xff\xfe\n", seen)
     assert first["problem"] is None and first["custom_id"] == "a"
     assert first["content"] == raw()
     assert "repeats" in again["problem"]
