@@ -353,5 +353,3 @@ def parse_events(status: int, lines: Any) -> Reply:
             return Reply(status, chunks=tuple(chunks), done=True)
         chunks.append(json.loads(data))
     return Reply(status, chunks=tuple(chunks), done=False)
-
-

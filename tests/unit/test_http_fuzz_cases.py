@@ -7,7 +7,8 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from bench.http_fuzz import http_cases, submit_cases
+from bench.http_cases import http_cases
+from bench.submit_fuzz import submit_cases
 from producer.gateway.errors import GatewayError
 from producer.gateway.serving.common import resume_point
 from schemas.jobs import could_be_job_id
