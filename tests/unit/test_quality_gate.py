@@ -22,7 +22,7 @@ from producer.quality import (
     score,
 )
 from producer.quality.cases import BENCH_POOL, load_bench_pool
-from producer.quality.generate_cases import generate
+from bench.data.quality_cases import generate
 from producer.quality.scoring import chosen_option, first_json_object
 from producer.quality.stats import mcnemar_exact, newcombe_paired, tango_paired, wilson
 from schemas.errors import ConfigError
