@@ -9,14 +9,14 @@ from functools import partial
 import redis.asyncio as aioredis
 from sqlalchemy.orm import Session, sessionmaker
 
-from producer.client import Client, result_from_terminal, with_logprobs
+from producer.client import Client
+from producer.handles import HandleCore, with_logprobs
 from producer.jobs import new_job_id
 from producer.pubsub_pool import PubSub, PubSubPool
 from producer.streams import Event, aread_events
 from producer.submission import RequestLike
 from schemas.broker import async_redis_client
-from schemas.errors import job_ended
-from schemas.events import ErrorEvent, TerminalEvent, TokenEvent, TokenLogprob, is_terminal
+from schemas.events import TokenLogprob
 from schemas.jobs import JobResult, JobStatus
 from schemas.queues import Priority, Tier, event_channel
 from schemas.settings import Settings
@@ -166,7 +166,7 @@ class AsyncClient:
         await self.aclose()
 
 
-class AsyncJobHandle:
+class AsyncJobHandle(HandleCore[PubSub]):
     """One submitted job, for asyncio code."""
 
     def __init__(
@@ -179,51 +179,37 @@ class AsyncJobHandle:
         early: PubSub | None = None,
         routed_tier: Tier | None = None,
     ) -> None:
+        super().__init__(job_id, tier, priority, routed_tier=routed_tier, early=early)
         self.client = client
-        self.job_id = job_id
-        self.tier = tier
-        self.priority = priority
-        self.routed_tier = routed_tier
-        """See :attr:`producer.client.JobHandle.routed_tier`."""
-        self._terminal: TerminalEvent | None = None
-        self.early = early
-        """The subscription ``submit(subscribe=True)`` made, until a read takes it."""
 
     async def events(
         self, *, from_seq: int = 0, timeout: float | None = None
     ) -> AsyncIterator[Event]:
         """Every stream event from ``from_seq``, in order, each exactly once."""
-        early, self.early = self.early, None
-        if early is not None and from_seq:  # it joined for the first event: not this read
-            await self.client.give_back(early, self.job_id)
-            early = None
+        early, stale = self._take_early(from_seq)
+        if stale is not None:
+            await self.client.give_back(stale, self.job_id)
         events = self.client.events(self.job_id, from_seq=from_seq, timeout=timeout, early=early)
         async for event in events:
-            if is_terminal(event):
-                self._terminal = event
-            yield event
+            yield self._seen(event)
 
     async def aclose(self) -> None:
         """Give back the subscription ``submit`` sent ahead, if no read took it."""
-        early, self.early = self.early, None
+        early = self._take_unread()
         if early is not None:
             await self.client.give_back(early, self.job_id)
 
     async def stream(self, *, timeout: float | None = None) -> AsyncIterator[str]:
         """Yield text chunks as they are generated; raises ``JobFailed`` on a job error."""
         async for event in self.events(timeout=timeout):
-            if isinstance(event, TokenEvent):
-                yield event.text
-            elif isinstance(event, ErrorEvent):
-                raise job_ended(self.job_id, event.message, event.status)
+            chunk = self._chunk(event)
+            if chunk is not None:
+                yield chunk
 
     async def result(self, *, timeout: float | None = None) -> JobResult:
         """Wait for the final text and timings; raises ``JobFailed`` or ``JobTimeout``."""
         logprobs: dict[int, list[TokenLogprob]] = {}
-        if self._terminal is None:
+        if not self._ended:
             async for event in self.events(timeout=timeout):
                 logprobs = with_logprobs(logprobs, event)
-        assert self._terminal is not None
-        return result_from_terminal(
-            self.job_id, self.tier, self.priority, self._terminal, logprobs=logprobs
-        )
+        return self._result(logprobs)

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from producer.admission import WorkerDirectory
 from producer.conversations import with_conversation
 from producer.enqueue import Enqueuer
+from producer.handles import HandleCore, with_logprobs
 from producer.jobs import (
     cancel_batch_rows,
     cancel_if_queued,
@@ -43,8 +44,8 @@ from producer.submission import RequestLike, Submission, prepare_submission
 from schemas.boundary import broker_boundary
 from schemas.broker import redis_client as broker_client
 from schemas.db import make_engine, make_sessions
-from schemas.errors import LlmqError, job_ended
-from schemas.events import ErrorEvent, TerminalEvent, TokenEvent, TokenLogprob, is_terminal
+from schemas.errors import LlmqError
+from schemas.events import TerminalEvent, TokenLogprob
 from schemas.jobs import CANCELLED_MESSAGE, JobResult, JobStatus
 from schemas.messages import ROW_WAIT_S, JobMessage, celery_job_message
 from schemas.prompt_registry import PromptCatalog, PromptRegistry
@@ -482,7 +483,7 @@ class Client:
         self.close()
 
 
-class JobHandle:
+class JobHandle(HandleCore[SyncPubSub]):
     """One submitted job: stream its text or wait for its result (from one thread at a
     time)."""
 
@@ -495,38 +496,23 @@ class JobHandle:
         *,
         routed_tier: Tier | None = None,
     ) -> None:
+        super().__init__(job_id, tier, priority, routed_tier=routed_tier)
         self.client = client
-        self.job_id = job_id
-        self.tier = tier
-        """The tier that serves the job."""
-        self.priority = priority
-        self.routed_tier = routed_tier
-        """For ``auto``: the tier the classifier chose (``tier`` differs where no
-        worker served it); None for an explicit tier."""
-        self._terminal: TerminalEvent | None = None
-        self.early: SyncPubSub | None = None
-        """The subscription ``submit(subscribe=True)`` made, until a read takes it."""
-
-    def __repr__(self) -> str:
-        return f"JobHandle({self.job_id!r}, tier={self.tier}, priority={self.priority})"
 
     def events(
         self, *, from_seq: int = 0, timeout: float | None = None
     ) -> Generator[Event, None, None]:
         """Every stream event from ``from_seq``, in order, each exactly once."""
-        early, self.early = self.early, None
-        if early is not None and from_seq:  # it joined for the first event: not this read
-            self.client.give_back(early, self.job_id)
-            early = None
+        early, stale = self._take_early(from_seq)
+        if stale is not None:
+            self.client.give_back(stale, self.job_id)
         events = self.client.events(self.job_id, from_seq=from_seq, timeout=timeout, early=early)
         for event in events:
-            if is_terminal(event):
-                self._terminal = event
-            yield event
+            yield self._seen(event)
 
     def close(self) -> None:
         """Give back the subscription ``submit`` sent ahead, if no read took it."""
-        early, self.early = self.early, None
+        early = self._take_unread()
         if early is not None:
             self.client.give_back(early, self.job_id)
 
@@ -541,62 +527,14 @@ class JobHandle:
         chunks still add up to one answer.
         """
         for event in self.events(timeout=timeout):
-            if isinstance(event, TokenEvent):
-                yield event.text
-            elif isinstance(event, ErrorEvent):
-                raise job_ended(self.job_id, event.message, event.status)
+            chunk = self._chunk(event)
+            if chunk is not None:
+                yield chunk
 
     def result(self, *, timeout: float | None = None) -> JobResult:
         """Wait for the final text and timings; raises ``JobFailed`` or ``JobTimeout``."""
         logprobs: dict[int, list[TokenLogprob]] = {}
-        if self._terminal is None:
+        if not self._ended:
             for event in self.events(timeout=timeout):
                 logprobs = with_logprobs(logprobs, event)
-        assert self._terminal is not None
-        return result_from_terminal(
-            self.job_id, self.tier, self.priority, self._terminal, logprobs=logprobs
-        )
-
-
-def with_logprobs(
-    logprobs: dict[int, list[TokenLogprob]], event: Event
-) -> dict[int, list[TokenLogprob]]:
-    """``logprobs`` (by choice) extended by a token event's own, if it has any."""
-    if isinstance(event, TokenEvent) and event.logprobs is not None:
-        logprobs.setdefault(event.index, []).extend(event.logprobs)
-    return logprobs
-
-
-def result_from_terminal(
-    job_id: str,
-    tier: Tier,
-    priority: Priority,
-    terminal: TerminalEvent,
-    *,
-    logprobs: dict[int, list[TokenLogprob]] | None = None,
-) -> JobResult:
-    """The caller's view of a terminal event; raises ``JobFailed`` for an error event.
-
-    ``logprobs``: those of the job's token events, by choice, read on the way to it."""
-    if isinstance(terminal, ErrorEvent):
-        raise job_ended(job_id, terminal.message, terminal.status)
-    logprobs = logprobs or {}
-    choices = None
-    if terminal.choices is not None:
-        choices = [
-            choice.model_copy(update={"logprobs": logprobs.get(choice.index)})
-            for choice in terminal.choices
-        ]
-    return JobResult(
-        job_id=job_id,
-        status=JobStatus.DONE,
-        text=terminal.text,
-        tier=tier,
-        priority=priority,
-        usage=terminal.usage,
-        timings=terminal.timings,
-        worker_id=terminal.worker_id,
-        finish_reason=terminal.finish_reason,
-        logprobs=logprobs.get(0),
-        choices=choices,
-    )
+        return self._result(logprobs)

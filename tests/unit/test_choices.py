@@ -13,13 +13,13 @@ import pytest
 from pydantic import ValidationError
 
 from producer.batches.views import output_line
-from producer.client import result_from_terminal
 from producer.gateway.metrics import GatewayMetrics
 from producer.gateway.protocol import chat as oai
 from producer.gateway.protocol.chat import ChatCompletionRequest
 from producer.gateway.protocol.text_completions import CompletionRequest, text_completion
 from producer.gateway.serving.chat import chat_choice_events
 from producer.gateway.serving.text_completions import completion_sse_events
+from producer.handles import result_from_terminal
 from producer.jobs import terminal_event_from_row
 from producer.submission import parse_request
 from schemas.events import (
