@@ -369,6 +369,19 @@ def test_batch_takes_a_turn_after_the_longest_pause_then_pauses_again() -> None:
     assert reads(sched) == resume(BATCH)
 
 
+def test_the_turn_s_job_keeps_its_turn_when_another_batch_job_ends_meanwhile() -> None:
+    clock = Clock()
+    sched = pausing(clock)
+    sched.message_received("b-old", BATCH)  # no interactive work: batch runs freely
+    assert sched.message_received("i0", INTER) == GiveWay(keep=0)
+    sched.batch_halted([])  # b-old was stopping already (a cancel): not halted
+    clock.now += 30  # a turn is due
+    sched.message_received("b-turn", BATCH)  # read before the batch queue paused
+    sched.job_ended("b-old")  # an end that counts as progress
+    # The turn is b-turn's until it ends: it is not halted for the next person.
+    assert sched.message_received("i1", INTER) == GiveWay(keep=1)
+
+
 def test_a_batch_job_halted_to_give_way_is_no_progress() -> None:
     clock = Clock()
     sched = pausing(clock)
