@@ -101,6 +101,8 @@ class GenerationRequest(BaseModel):
     """Functions the model may call (``schemas.tools``); left out while unset."""
     tool_choice: ToolChoice | None = Field(default=None, exclude_if=lambda value: value is None)
     """With ``tools``: auto (unset), required, or a named function."""
+    parallel_tool_calls: bool = Field(default=True, exclude_if=lambda value: value)
+    """With ``tools``: whether an answer may make several calls; stored only when off."""
     user: str | None = Field(
         default=None,
         max_length=256,
@@ -160,7 +162,11 @@ class GenerationRequest(BaseModel):
             return data
         try:
             use = ToolUse.model_validate(
-                {"tools": data.get("tools"), "choice": data["tool_choice"]}
+                {
+                    "tools": data.get("tools"),
+                    "choice": data["tool_choice"],
+                    "parallel": data.get("parallel_tool_calls", True),
+                }
             )
             use.check()
             sampling = Sampling.model_validate(data.get("sampling") or {})
@@ -179,7 +185,11 @@ class GenerationRequest(BaseModel):
         """The request's tools and tool_choice, None without tools."""
         if not self.tools:
             return None
-        return ToolUse(tools=tuple(self.tools), choice=self.tool_choice or "auto")
+        return ToolUse(
+            tools=tuple(self.tools),
+            choice=self.tool_choice or "auto",
+            parallel=self.parallel_tool_calls,
+        )
 
     @model_validator(mode="after")
     def _tool_choice_among_tools(self) -> GenerationRequest:

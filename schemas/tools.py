@@ -105,6 +105,8 @@ class ToolUse(BaseModel):
 
     tools: tuple[ToolSpec, ...] = Field(min_length=1, max_length=MAX_TOOLS)
     choice: ToolChoice = "auto"
+    parallel: bool = True
+    """OpenAI's ``parallel_tool_calls``: an answer may make several calls (else one)."""
 
     @property
     def mode(self) -> Literal["auto", "required", "named"]:
@@ -132,9 +134,9 @@ class ToolUse(BaseModel):
     def forced_schema(self) -> dict[str, Any] | None:
         """The JSON schema the engine constrains the answer to, None under auto.
 
-        Named: the function's arguments schema. Required: a one-element array of a
-        ``{"name", "parameters"}`` object for one of the tools (vLLM's server builds
-        the same, with ``maxItems`` 1 where ``parallel_tool_calls`` is false).
+        Named: the function's arguments schema. Required: an array of one or more
+        ``{"name", "parameters"}`` objects, each for one of the tools, of one only
+        where calls are not parallel (the schema vLLM's server builds).
         """
         named = self.named()
         if named is not None:
@@ -144,7 +146,7 @@ class ToolUse(BaseModel):
         return {
             "type": "array",
             "minItems": 1,
-            "maxItems": 1,
+            **({} if self.parallel else {"maxItems": 1}),
             "items": {
                 "type": "object",
                 "anyOf": [
@@ -173,13 +175,20 @@ class ToolUse(BaseModel):
                 f"{head}Call the tool {named.name}: answer with only the JSON object of its "
                 "arguments."
             )
+        call = '{"name": <the tool\'s name>, "parameters": <its arguments>}'
+        if self.choice == "required" and self.parallel:
+            return (
+                f"{head}Call one or more of the tools: answer with only a JSON array "
+                f"holding one object per call, [{call}, ...]."
+            )
         if self.choice == "required":
             return (
                 f"{head}Call one of the tools: answer with only a JSON array holding one "
-                'object, [{"name": <the tool\'s name>, "parameters": <its arguments>}].'
+                f"object, [{call}]."
             )
+        several = " (one block per call, if you call several)" if self.parallel else ""
         return (
-            f"{head}To call a tool, answer with only:\n<tool_call>\n"
+            f"{head}To call a tool, answer with only{several}:\n<tool_call>\n"
             '{"name": <the tool\'s name>, "arguments": <its arguments as a JSON object>}\n'
             "</tool_call>\nIf no tool is needed, answer the user in plain text."
         )
@@ -190,14 +199,17 @@ class ToolUse(BaseModel):
         Named: the text is the arguments, whatever they are (an answer cut off by
         ``max_tokens`` gives arguments cut off too, as vLLM's server does). Required:
         the array's calls; text that is not such an array is returned as content.
-        Auto: a call in hermes form or as a bare JSON object naming a tool; else text.
+        Auto: calls in hermes form or one as a bare JSON object naming a tool; else
+        text. Without parallel calls only the first call is kept.
         """
         named = self.named()
         if named is not None:
             return ToolAnswer(content=None, calls=(_call(job_id, 0, named.name, text.strip()),))
         if self.choice == "required":
-            return self._parse_required(text, job_id)
-        return self._parse_auto(text, job_id)
+            answer = self._parse_required(text, job_id)
+        else:
+            answer = self._parse_auto(text, job_id)
+        return answer if self.parallel else ToolAnswer(answer.content, answer.calls[:1])
 
     def _parse_required(self, text: str, job_id: str) -> ToolAnswer:
         try:
@@ -346,7 +358,11 @@ def stored_tool_use(request: Mapping[str, Any]) -> ToolUse | None:
     if not request.get("tools"):
         return None
     return ToolUse.model_validate(
-        {"tools": request["tools"], "choice": request.get("tool_choice") or "auto"}
+        {
+            "tools": request["tools"],
+            "choice": request.get("tool_choice") or "auto",
+            "parallel": request.get("parallel_tool_calls", True),
+        }
     )
 
 

@@ -151,7 +151,40 @@ def test_required_answers_with_the_call_whole(
     [options] = engine.seen
     assert options.sampling is not None and options.sampling.structured is not None
     assert options.sampling.structured.json_schema is not None
+    assert "maxItems" not in options.sampling.structured.json_schema  # parallel by default
+
+
+TWO_CALLS = [
+    '[{"name": "get_time", "parameters": {"zone": "UTC"}}, ',
+    '{"name": "get_time", "parameters": {"zone": "CET"}}]',
+]
+
+
+def test_required_answers_with_several_calls(
+    gateway: httpx.Client, integration_settings: Settings
+) -> None:
+    body = {**BODY, "tool_choice": "required"}
+    reply = answered(gateway, integration_settings, StoppingEngine(TWO_CALLS), body)
+    calls = reply["choices"][0]["message"]["tool_calls"]
+    job_id = reply["llmq"]["job_id"]
+    assert [call["id"] for call in calls] == [f"call_{job_id}", f"call_{job_id}_1"]
+    arguments = [call["function"]["arguments"] for call in calls]
+    assert arguments == ['{"zone": "UTC"}', '{"zone": "CET"}']
+
+
+def test_without_parallel_calls_required_allows_one_call(
+    gateway: httpx.Client, integration_settings: Settings
+) -> None:
+    engine = StoppingEngine(TWO_CALLS)  # a model that went past the bound anyway
+    body = {**BODY, "tool_choice": "required", "parallel_tool_calls": False}
+    reply = answered(gateway, integration_settings, engine, body)
+    [call] = reply["choices"][0]["message"]["tool_calls"]
+    assert call["function"]["arguments"] == '{"zone": "UTC"}'
+    [options] = engine.seen
+    assert options.sampling is not None and options.sampling.structured is not None
+    assert options.sampling.structured.json_schema is not None
     assert options.sampling.structured.json_schema["maxItems"] == 1
+    assert only_job(integration_settings).request["parallel_tool_calls"] is False
 
 
 def test_required_streams_the_call_at_the_end(

@@ -69,22 +69,48 @@ def test_a_named_choice_constrains_the_answer_to_the_functions_arguments() -> No
     )
 
 
-def test_required_constrains_the_answer_to_one_call_of_one_of_the_tools() -> None:
-    request = GenerationRequest.model_validate(body(tool_choice="required").to_llmq())
+@pytest.mark.parametrize("parallel", [None, True, False])
+def test_required_constrains_the_answer_to_calls_of_the_tools(parallel: bool | None) -> None:
+    request = GenerationRequest.model_validate(
+        body(tool_choice="required", parallel_tool_calls=parallel).to_llmq()
+    )
     assert request.sampling is not None and request.sampling.structured is not None
     schema = request.sampling.structured.json_schema
     assert schema is not None
     jsonschema.validate([{"name": "get_weather", "parameters": {"city": "Paris"}}], schema)
     jsonschema.validate([{"name": "get_time", "parameters": {}}], schema)
+    two = [{"name": "get_time", "parameters": {}}, {"name": "get_time", "parameters": {}}]
+    if parallel is False:
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(two, schema)
+    else:
+        jsonschema.validate(two, schema)
     for wrong in (
         [],
         [{"name": "get_weather", "parameters": {}}],  # city is required
         [{"name": "get_news", "parameters": {}}],
-        [{"name": "get_time", "parameters": {}}, {"name": "get_time", "parameters": {}}],
         {"name": "get_time", "parameters": {}},
     ):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(wrong, schema)
+
+
+def test_auto_reads_several_tagged_calls_or_the_first_without_parallel_calls() -> None:
+    text = (
+        '<tool_call>{"name": "get_time", "arguments": {"zone": "UTC"}}</tool_call>\n'
+        '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
+    )
+    several = body().tool_use()
+    assert several is not None
+    assert [c.function.name for c in several.parse(text, job_id="j").calls] == [
+        "get_time",
+        "get_weather",
+    ]
+    assert "one block per call" in several.instruction()
+    one = body(parallel_tool_calls=False).tool_use()
+    assert one is not None
+    assert [c.function.name for c in one.parse(text, job_id="j").calls] == ["get_time"]
+    assert "one block per call" not in one.instruction()
 
 
 def test_a_function_without_parameters_takes_any_object() -> None:

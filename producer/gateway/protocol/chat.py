@@ -102,7 +102,7 @@ class ChatCompletionRequest(BaseModel):
     tools: list[ToolSpec] | None = Field(default=None, max_length=MAX_TOOLS)
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = Field(
-        default=None, description="accepted either way: an answer makes at most one call"
+        default=None, description="false: an answer makes at most one call (default true)"
     )
     # Refused unless they ask for nothing (UNSERVED_FIELDS).
     functions: Any = None
@@ -186,7 +186,11 @@ class ChatCompletionRequest(BaseModel):
         tool_choice none: the model is then not told of them)."""
         if not self.tools or self.tool_choice == "none":
             return None
-        return ToolUse(tools=tuple(self.tools), choice=self.tool_choice or "auto")
+        return ToolUse(
+            tools=tuple(self.tools),
+            choice=self.tool_choice or "auto",
+            parallel=self.parallel_tool_calls is not False,
+        )
 
     def check_bounds(self, *, max_messages: int, max_message_chars: int) -> None:
         """Raise ``InvalidRequest`` for too many messages or a message too long."""
@@ -229,6 +233,8 @@ class ChatCompletionRequest(BaseModel):
                 request["tool_choice"] = (
                     tools.choice if isinstance(tools.choice, str) else tools.choice.model_dump()
                 )
+            if not tools.parallel:
+                request["parallel_tool_calls"] = False
         return request
 
     def _sampling(self) -> dict[str, Any]:
