@@ -10,8 +10,10 @@ idempotent replay hashes the same).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Literal
 
+import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from schemas.text import valid_unicode
@@ -60,7 +62,36 @@ class StructuredOutput(BaseModel):
         if self.json_schema is not None:
             # Keys too: a lone surrogate anywhere could not be stored with the job.
             valid_unicode(json.dumps(self.json_schema, ensure_ascii=False))
+            _check_schema(self.json_schema)
+        if self.regex is not None:
+            _check_regex(self.regex)
         return self
+
+
+# Error texts quote the caller's own schema or pattern; long ones are cut.
+_MAX_PROBLEM_CHARS = 200
+
+
+def _check_schema(schema: dict[str, Any]) -> None:
+    """Raise ``ValueError`` for a schema that is not a JSON schema (of the draft it names,
+    else 2020-12): the engine could not compile it, and the job would fail in the worker
+    instead of being refused here."""
+    validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        where = "/".join(str(part) for part in exc.path) or "its root"
+        raise ValueError(
+            f"json_schema is not a valid JSON schema at {where}: {exc.message[:_MAX_PROBLEM_CHARS]}"
+        ) from None
+
+
+def _check_regex(pattern: str) -> None:
+    """Raise ``ValueError`` for a pattern that does not compile."""
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"regex does not compile: {str(exc)[:_MAX_PROBLEM_CHARS]}") from None
 
 
 class Sampling(BaseModel):

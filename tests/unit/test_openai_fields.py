@@ -272,6 +272,33 @@ def test_a_malformed_constraint_is_refused_where_it_is(fields: dict[str, Any], w
     assert any(place.startswith(where) for place, _ in problems), problems
 
 
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": {"type": "objekt"}},
+                }
+            },
+            "not a valid JSON schema at type",
+        ),
+        (
+            {"structured_outputs": {"json": {"properties": {"a": {"minimum": "zero"}}}}},
+            "not a valid JSON schema at properties/a/minimum",
+        ),
+        ({"structured_outputs": {"regex": "a(b"}}, "regex does not compile"),
+    ],
+)
+def test_a_constraint_the_engine_could_not_compile_is_an_invalid_request(
+    fields: dict[str, Any], problem: str
+) -> None:
+    # Refused where the request comes in (a 400), not failed by the worker (a 500).
+    with pytest.raises(InvalidRequest, match=problem):
+        parse_request(llmq_request(**fields))
+
+
 def test_a_constraint_takes_only_what_its_kind_needs() -> None:
     with pytest.raises(ValidationError, match="only choice"):
         StructuredOutput(kind="choice", regex="a")
