@@ -229,9 +229,11 @@ def run_abuse(
     max_tokens: int,
     port: int,
     seed: int,
-    phases: tuple[str, ...] = PHASES,
+    phases: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
-    """Run ``phases`` (``idle`` first, always) against a warm worker and a gateway."""
+    """Run ``phases`` (every one of :data:`PHASES` when None; ``idle`` first, always)
+    against a warm worker and a gateway."""
+    phases = PHASES if phases is None else phases
     if samples < MIN_SAMPLES:
         raise ValueError(f"a p99 needs at least {MIN_SAMPLES} samples per phase")
     unknown = set(phases) - set(PHASES)

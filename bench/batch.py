@@ -145,20 +145,12 @@ def _batch(rig: Rig, requests: int, max_tokens: int, samples: int, *, label: str
         for index in range(requests)
     ]
     started = time.perf_counter()
-    uploaded = store.create_file(
+    batch = store.upload_batch(
         client.sessions,
         io.BytesIO("\n".join(lines).encode()),
         filename="bench.jsonl",
-        purpose=store.INPUT_PURPOSE,
         owner="bench",
         max_line_bytes=1 << 20,
-    )
-    batch = store.create_batch(
-        client.sessions,
-        input_file_id=uploaded.id,
-        endpoint="/v1/chat/completions",
-        completion_window="24h",
-        owner="bench",
     )
     feeder = threading.Thread(
         target=enqueue_batch, args=(client, batch.id), kwargs={"holder": "bench"}

@@ -269,17 +269,8 @@ BENCHES: tuple[Bench, ...] = (
             opt("--seed", default=7, help="random seed (the pauses between requests)"),
             opt(
                 "--phases",
-                default=(
-                    "idle",
-                    "metrics_readyz_flood",
-                    "batch_flood",
-                    "big_upload",
-                    "slow_readers",
-                    "bad_keys",
-                    "bad_input",
-                ),
                 type=_names,
-                help="which phases run (idle always runs first)",
+                help="which phases run, comma-separated (default: all; idle always runs first)",
             ),
         ),
     ),

@@ -48,33 +48,28 @@ CAPITAL_SCHEMA: Json = {
     "required": ["capital"],
     "additionalProperties": False,
 }
-# An enum keeps the arguments short enough to end well inside max_tokens.
-WEATHER_TOOL: Json = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The current weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "enum": ["Paris", "Rome", "Berlin"]}},
-            "required": ["city"],
-            "additionalProperties": False,
+
+
+def _city_tool(name: str, description: str) -> Json:
+    """A function tool taking one ``city``; an enum keeps the arguments short enough
+    to end well inside max_tokens."""
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "enum": ["Paris", "Rome", "Berlin"]}},
+                "required": ["city"],
+                "additionalProperties": False,
+            },
         },
-    },
-}
-TIME_TOOL: Json = {
-    "type": "function",
-    "function": {
-        "name": "get_time",
-        "description": "The current time in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "enum": ["Paris", "Rome", "Berlin"]}},
-            "required": ["city"],
-            "additionalProperties": False,
-        },
-    },
-}
+    }
+
+
+WEATHER_TOOL = _city_tool("get_weather", "The current weather in a city.")
+TIME_TOOL = _city_tool("get_time", "The current time in a city.")
 UNKNOWN_FIELD = "frobnicate_level"
 PHONE = "[0-9]{3}-[0-9]{4}"
 TEXT_PROMPT = "The capital of France is"

@@ -189,22 +189,11 @@ def fuzz_submit(client: Client, *, cases: int = 1_000, seed: int = 0) -> SubmitF
         except LlmqError as exc:
             refused[type(exc).__name__] += 1
             if not str(exc).strip():
-                _submit_crash(report, index, request, options, exc)
+                _describe_case(report, index, request, options, exc, crashed=True)
         except Exception as exc:  # noqa: BLE001 - any other exception is the crash counted
-            _submit_crash(report, index, request, options, exc)
+            _describe_case(report, index, request, options, exc, crashed=True)
     report.refused = dict(refused)
     return report
-
-
-def _submit_crash(
-    report: SubmitFuzzReport,
-    index: int,
-    request: object,
-    options: dict[str, object],
-    exc: BaseException,
-) -> None:
-    report.submit_crashes += 1
-    _describe_case(report, index, request, options, exc)
 
 
 def _describe_case(
@@ -213,7 +202,13 @@ def _describe_case(
     request: object,
     options: dict[str, object],
     exc: BaseException,
+    *,
+    crashed: bool = False,
 ) -> None:
+    """Keep a line on the case that failed (the first ``MAX_FAILURES_KEPT``); count
+    it as a crash when ``crashed``."""
+    if crashed:
+        report.submit_crashes += 1
     if len(report.failures) < MAX_FAILURES_KEPT:
         report.failures.append(
             f"case {index}: {type(exc).__name__}: {str(exc)[:200]}"

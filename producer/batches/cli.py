@@ -52,20 +52,13 @@ def _submit(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env()
     with Client(settings) as client, args.file.open("rb") as stream:
-        uploaded = store.create_file(
+        batch = store.upload_batch(
             client.sessions,
             stream,
             filename=args.file.name,
-            purpose=store.INPUT_PURPOSE,
             owner=args.owner,
             max_line_bytes=settings.max_body_bytes,
-        )
-        batch = store.create_batch(
-            client.sessions,
-            input_file_id=uploaded.id,
-            endpoint="/v1/chat/completions",
             completion_window=args.window,
-            owner=args.owner,
             tier=args.tier,
         )
         print(f"batch {batch.id}: {batch.total} lines", file=sys.stderr)

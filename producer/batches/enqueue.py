@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from producer.batches.lines import BatchLine, LineInvalid, parse_line
 from producer.batches.results import input_lines
 from producer.batches.status import BatchStatus
-from producer.batches.store import LEASE, line_key, refresh_batch
+from producer.batches.store import line_key, refresh_batch
 from producer.client import Client
 from schemas.boundary import database_boundary
 from schemas.errors import IdempotencyConflict, InvalidRequest, PromptTooLong, QueueFull
@@ -33,6 +33,9 @@ from schemas.tables import Batch, BatchFileLine, BatchLineError, Job, as_utc, ut
 
 log = logging.getLogger(__name__)
 
+LEASE = timedelta(seconds=60)
+"""How long a claim on a batch's lines lasts without being renewed: a feeder that
+died releases its batch to the others after this."""
 CHUNK = 200
 MAX_FULL_WAIT_S = 5.0
 """The longest single wait for room on a full batch queue before looking again."""

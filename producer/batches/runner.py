@@ -16,12 +16,18 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
 
 from producer.batches.enqueue import enqueue_batch
-from producer.batches.store import ActiveBatch, active_batches, refresh_batch
+from producer.batches.status import ACTIVE, BatchStatus
+from producer.batches.store import refresh_batch
 from producer.client import Client
+from schemas.boundary import database_boundary
 from schemas.errors import LlmqError
+from schemas.tables import Batch, as_utc, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +38,34 @@ TURN_S = 60.0
 a feeder and none is free (more keys than feeders take turns)."""
 
 T = TypeVar("T")
+
+
+class ActiveBatch(NamedTuple):
+    """A batch not yet over: its owner, and whether lines of it still wait to be
+    enqueued by someone (no live claim on it)."""
+
+    id: str
+    owner: str | None
+    waiting: bool
+
+
+def active_batches(sessions: sessionmaker[Session]) -> list[ActiveBatch]:
+    """Every batch not yet over, oldest first."""
+    now = utcnow()
+    with database_boundary("find the running batches"), sessions() as session:
+        rows = session.execute(
+            select(
+                Batch.id, Batch.owner, Batch.status, Batch.enqueued, Batch.total, Batch.lease_until
+            )
+            .where(Batch.status.in_([s.value for s in ACTIVE]))
+            .order_by(Batch.created_at, Batch.id)
+        ).all()
+    found = []
+    for batch_id, owner, status, enqueued, total, lease_until in rows:
+        free = lease_until is None or as_utc(lease_until) <= now
+        waiting = status != BatchStatus.CANCELLING and enqueued < total and free
+        found.append(ActiveBatch(batch_id, owner, waiting))
+    return found
 
 
 def fair_order(

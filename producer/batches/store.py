@@ -13,8 +13,8 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import IO, Any, NamedTuple, Protocol
+from datetime import datetime
+from typing import IO, Any, Protocol, TypeVar
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
@@ -196,12 +196,28 @@ def _could_be_id(value: str) -> bool:
 
 def get_file(sessions: sessionmaker[Session], file_id: str, *, owner: str | None) -> BatchFile:
     """The file's row; raises ``NotFound`` (also for another owner's file)."""
-    if not _could_be_id(file_id):
-        raise NotFound(f"no file with id {file_id!r}")
-    with database_boundary("read the file"), sessions() as session:
-        row = session.get(BatchFile, file_id[:40])
+    return _owned_row(sessions, BatchFile, file_id, owner=owner, noun="file")
+
+
+Owned = TypeVar("Owned", BatchFile, Batch)
+
+
+def _owned_row(
+    sessions: sessionmaker[Session],
+    table: type[Owned],
+    row_id: str,
+    *,
+    owner: str | None,
+    noun: str,
+) -> Owned:
+    """The row of ``table`` with id ``row_id`` if ``owner`` may see it (None: anyone);
+    raises ``NotFound`` naming the ``noun``."""
+    if not _could_be_id(row_id):
+        raise NotFound(f"no {noun} with id {row_id!r}")
+    with database_boundary(f"read the {noun}"), sessions() as session:
+        row = session.get(table, row_id[:40])
     if row is None or (owner is not None and row.owner != owner):
-        raise NotFound(f"no file with id {file_id}")
+        raise NotFound(f"no {noun} with id {row_id}")
     return row
 
 
@@ -334,6 +350,37 @@ def create_batch(
     return row
 
 
+def upload_batch(
+    sessions: sessionmaker[Session],
+    stream: IO[bytes],
+    *,
+    filename: str,
+    owner: str | None,
+    max_line_bytes: int,
+    completion_window: str = "24h",
+    tier: str = "auto",
+) -> Batch:
+    """A batch of chat completions over ``stream``, uploaded as a batch input file of
+    ``owner`` first: :func:`create_file`, then :func:`create_batch` (no quotas); raises
+    what those raise."""
+    uploaded = create_file(
+        sessions,
+        stream,
+        filename=filename,
+        purpose=INPUT_PURPOSE,
+        owner=owner,
+        max_line_bytes=max_line_bytes,
+    )
+    return create_batch(
+        sessions,
+        input_file_id=uploaded.id,
+        endpoint="/v1/chat/completions",
+        completion_window=completion_window,
+        owner=owner,
+        tier=tier,
+    )
+
+
 def _check_batch_quota(session: Session, owner: str, quotas: Quotas, *, adding: int) -> None:
     count, lines = session.execute(
         select(func.count(), func.coalesce(func.sum(Batch.total), 0)).where(
@@ -358,13 +405,7 @@ def _check_batch_quota(session: Session, owner: str, quotas: Quotas, *, adding: 
 
 def get_batch(sessions: sessionmaker[Session], batch_id: str, *, owner: str | None) -> Batch:
     """The batch's row as stored; raises ``NotFound`` (also for another owner's)."""
-    if not _could_be_id(batch_id):
-        raise NotFound(f"no batch with id {batch_id!r}")
-    with database_boundary("read the batch"), sessions() as session:
-        row = session.get(Batch, batch_id[:40])
-    if row is None or (owner is not None and row.owner != owner):
-        raise NotFound(f"no batch with id {batch_id}")
-    return row
+    return _owned_row(sessions, Batch, batch_id, owner=owner, noun="batch")
 
 
 def list_batches(
@@ -545,34 +586,3 @@ def cancel_batch(
     return refresh_batch(
         sessions, batch.id, cancel_job=cancel_job, cancel_batch_jobs=cancel_batch_jobs
     )
-
-
-class ActiveBatch(NamedTuple):
-    """A batch not yet over: its owner, and whether lines of it still wait to be
-    enqueued by someone (no live claim on it)."""
-
-    id: str
-    owner: str | None
-    waiting: bool
-
-
-def active_batches(sessions: sessionmaker[Session]) -> list[ActiveBatch]:
-    """Every batch not yet over, oldest first."""
-    now = utcnow()
-    with database_boundary("find the running batches"), sessions() as session:
-        rows = session.execute(
-            select(
-                Batch.id, Batch.owner, Batch.status, Batch.enqueued, Batch.total, Batch.lease_until
-            )
-            .where(Batch.status.in_([s.value for s in ACTIVE]))
-            .order_by(Batch.created_at, Batch.id)
-        ).all()
-    found = []
-    for batch_id, owner, status, enqueued, total, lease_until in rows:
-        free = lease_until is None or as_utc(lease_until) <= now
-        waiting = status != BatchStatus.CANCELLING and enqueued < total and free
-        found.append(ActiveBatch(batch_id, owner, waiting))
-    return found
-
-
-LEASE = timedelta(seconds=60)

@@ -15,8 +15,9 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -235,14 +236,7 @@ def serving(sessions: sessionmaker[Session], tier: Tier) -> TierPromotion | None
         .order_by(TierPromotion.created_at.desc(), TierPromotion.id.desc())
         .limit(1)
     )
-    try:
-        with sessions() as session:
-            row = session.scalars(query).first()
-            if row is not None:
-                session.expunge(row)
-            return row
-    except SQLAlchemyError as exc:
-        raise database_error(exc, doing="read the tier's promotions") from exc
+    return _newest(sessions, query, doing="read the tier's promotions")
 
 
 def _last_run(sessions: sessionmaker[Session], a: Tier, b: Tier) -> AbRun | None:
@@ -252,6 +246,17 @@ def _last_run(sessions: sessionmaker[Session], a: Tier, b: Tier) -> AbRun | None
         .order_by(AbRun.created_at.desc(), AbRun.id.desc())
         .limit(1)
     )
+    return _newest(sessions, query, doing="read the last gate run")
+
+
+Newest = TypeVar("Newest", TierPromotion, AbRun)
+
+
+def _newest(
+    sessions: sessionmaker[Session], query: Select[Newest], *, doing: str
+) -> Newest | None:
+    """The first row of ``query``, detached from its session; raises
+    ``DatabaseUnavailable`` (``doing`` says what failed)."""
     try:
         with sessions() as session:
             row = session.scalars(query).first()
@@ -259,7 +264,7 @@ def _last_run(sessions: sessionmaker[Session], a: Tier, b: Tier) -> AbRun | None
                 session.expunge(row)
             return row
     except SQLAlchemyError as exc:
-        raise database_error(exc, doing="read the last gate run") from exc
+        raise database_error(exc, doing=doing) from exc
 
 
 def _who() -> str:

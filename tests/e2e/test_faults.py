@@ -107,20 +107,13 @@ def start_batch(client: Client, *, lines: int, max_tokens: int) -> str:
         for n in range(lines)
     ]
     data = "\n".join(json.dumps(r) for r in requests).encode()
-    uploaded = store.create_file(
+    batch = store.upload_batch(
         client.sessions,
         io.BytesIO(data),
         filename="kill.jsonl",
-        purpose=store.INPUT_PURPOSE,
         owner="fault-lab",
         max_line_bytes=1 << 16,
-    )
-    batch = store.create_batch(
-        client.sessions,
-        input_file_id=uploaded.id,
-        endpoint="/v1/chat/completions",
         completion_window="1h",
-        owner="fault-lab",
     )
     assert enqueue_batch(client, batch.id, holder="fault-lab")
     return batch.id

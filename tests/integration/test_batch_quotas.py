@@ -181,20 +181,12 @@ def test_racing_refreshes_leave_no_result_file_without_its_batch(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with Client(settings) as client:
-        source = store.create_file(
+        batch = store.upload_batch(
             client.sessions,
             io.BytesIO(jsonl(line("a"), "{bad")),
             filename="r.jsonl",
-            purpose="batch",
             owner="team",
             max_line_bytes=1 << 20,
-        )
-        batch = store.create_batch(
-            client.sessions,
-            input_file_id=source.id,
-            endpoint="/v1/chat/completions",
-            completion_window="24h",
-            owner="team",
         )
         assert enqueue_batch(client, batch.id, holder="test")
         finish_jobs(settings.database_url, batch.id)
@@ -249,20 +241,12 @@ def test_a_second_keys_batch_is_fed_while_the_first_keys_waits_on_a_full_queue(
     broker = redis.Redis.from_url(settings.broker_url)
 
     def new_batch(client: Client, owner: str, lines: int) -> str:
-        source = store.create_file(
+        made = store.upload_batch(
             client.sessions,
             io.BytesIO(jsonl(*(line(f"{owner}{i}") for i in range(lines)))),
             filename="r.jsonl",
-            purpose="batch",
             owner=owner,
             max_line_bytes=1 << 20,
-        )
-        made = store.create_batch(
-            client.sessions,
-            input_file_id=source.id,
-            endpoint="/v1/chat/completions",
-            completion_window="24h",
-            owner=owner,
         )
         return made.id
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from producer.batches.runner import fair_order, over_share
-from producer.batches.store import ActiveBatch
+from producer.batches.runner import ActiveBatch, fair_order, over_share
 
 
 def waiting(*owners: str) -> list[ActiveBatch]:
