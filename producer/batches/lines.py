@@ -8,13 +8,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from producer.gateway.openai_models import ChatCompletionRequest
+from producer.gateway.protocol.chat import ChatCompletionRequest
+from producer.gateway.protocol.text_completions import CompletionRequest
 from producer.submission import describe_validation_error
 from schemas.errors import InvalidRequest
 from schemas.queues import Tier
 
 CHAT_ENDPOINT = "/v1/chat/completions"
-ENDPOINTS = (CHAT_ENDPOINT,)
+COMPLETIONS_ENDPOINT = "/v1/completions"
+ENDPOINTS = (CHAT_ENDPOINT, COMPLETIONS_ENDPOINT)
 MODELS = ("auto", *[tier.value for tier in Tier])
 MAX_CUSTOM_ID_CHARS = 200
 
@@ -61,8 +63,8 @@ def parse_line(
 
     Raises ``LineInvalid`` naming the first problem: not a JSON object, a missing or
     oversized ``custom_id``, a method other than POST, a ``url`` other than the
-    batch's endpoint, a body that is not a chat completion request llmq serves
-    (unknown model, streaming, too many or too long messages).
+    batch's endpoint, a body that is not a request of that endpoint llmq serves
+    (unknown model, streaming, logprobs, too many or too long messages or prompt).
     """
     try:
         data = json.loads(raw)
@@ -73,8 +75,12 @@ def parse_line(
     if not isinstance(data, dict):
         raise LineInvalid("the line must be a JSON object")
     custom_id, body = _envelope(data, endpoint)
+    request: ChatCompletionRequest | CompletionRequest
     try:
-        request = ChatCompletionRequest.model_validate(body)
+        if endpoint == COMPLETIONS_ENDPOINT:
+            request = CompletionRequest.model_validate(body)
+        else:
+            request = ChatCompletionRequest.model_validate(body)
     except ValidationError as exc:
         raise LineInvalid(f"invalid body: {describe_validation_error(exc)}") from None
     if request.model not in MODELS:
@@ -88,7 +94,10 @@ def parse_line(
         # A batch's output is built from the job rows, which keep the text alone.
         raise LineInvalid("a batch line cannot ask for logprobs: leave logprobs unset or false")
     try:
-        request.check_bounds(max_messages=max_messages, max_message_chars=max_message_chars)
+        if isinstance(request, CompletionRequest):
+            request.check_bounds(max_message_chars=max_message_chars)
+        else:
+            request.check_bounds(max_messages=max_messages, max_message_chars=max_message_chars)
     except InvalidRequest as exc:
         raise LineInvalid(str(exc)) from None
     return BatchLine(custom_id=custom_id, model=request.model, request=request.to_llmq())
@@ -109,7 +118,7 @@ def _envelope(data: dict[str, Any], endpoint: str) -> tuple[str, dict[str, Any]]
         raise LineInvalid(f"url must be the batch's endpoint {endpoint}, not {url!r}")
     body = data.get("body")
     if not isinstance(body, dict):
-        raise LineInvalid("body must be a JSON object (a chat completion request)")
+        raise LineInvalid(f"body must be a JSON object (a request for {endpoint})")
     return custom_id, body
 
 

@@ -6,7 +6,8 @@ import json
 from datetime import datetime
 from typing import Any
 
-from producer.gateway.openai_models import completion
+from producer.gateway.protocol.chat import completion
+from producer.gateway.protocol.text_completions import text_completion
 from schemas.events import ChoiceOutput, Timings, Usage
 from schemas.jobs import JobStatus
 from schemas.tables import Batch, BatchFile, Job, as_utc
@@ -59,28 +60,33 @@ def batch_object(row: Batch) -> dict[str, Any]:
 
 
 def output_line(job: Job) -> str:
-    """A finished job as a line of its batch's output file."""
-    body = completion(
-        job_id=job.id,
-        model=str((job.routing or {}).get("requested") or job.tier),
-        text=job.output_text or "",
-        finish_reason=job.finish_reason,
-        usage=Usage(
+    """A finished job as a line of its batch's output file: a ``chat.completion``, or a
+    ``text_completion`` for a line of a ``/v1/completions`` batch (a raw prompt)."""
+    request = job.request or {}
+    common: dict[str, Any] = {
+        "job_id": job.id,
+        "model": str((job.routing or {}).get("requested") or job.tier),
+        "text": job.output_text or "",
+        "finish_reason": job.finish_reason,
+        "usage": Usage(
             prompt_tokens=job.prompt_tokens or 0,
             completion_tokens=job.completion_tokens or 0,
             cached_prompt_tokens=job.cached_prompt_tokens or 0,
         ),
-        timings=Timings(
+        "timings": Timings(
             queue_wait_ms=job.queue_wait_ms or 0.0,
             ttft_ms=job.ttft_ms,
             total_ms=job.total_ms or 0.0,
         ),
-        tier=job.tier,
-        tool_use=stored_tool_use(job.request or {}),
-        choices=[ChoiceOutput.model_validate(c) for c in job.output_choices]
+        "tier": job.tier,
+        "choices": [ChoiceOutput.model_validate(c) for c in job.output_choices]
         if job.output_choices is not None
         else None,
-    )
+    }
+    if request.get("raw_prompt"):
+        body = text_completion(**common)
+    else:
+        body = completion(**common, tool_use=stored_tool_use(request))
     body["created"] = epoch(job.finished_at) or body["created"]
     line = {
         "id": f"batch_req_{job.id}",

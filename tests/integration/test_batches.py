@@ -145,6 +145,35 @@ def test_a_batch_through_the_openai_sdk(settings: Settings, gateway_url: str) ->
     assert client.files.retrieve(done.output_file_id).purpose == "batch_output"
 
 
+def test_a_completions_batch_answers_text_completions(settings: Settings, gateway_url: str) -> None:
+    client = sdk(gateway_url, new_key(settings, "owner"))
+    body = {"model": "small", "prompt": "Once upon a time", "max_tokens": 4}
+    chat_line = line("chat")  # a chat line in a completions batch is refused by its url
+    upload = jsonl(
+        json.dumps({"custom_id": "p", "method": "POST", "url": "/v1/completions", "body": body}),
+        chat_line,
+    )
+    created = client.files.create(file=("prompts.jsonl", io.BytesIO(upload)), purpose="batch")
+    batch = client.batches.create(
+        input_file_id=created.id, endpoint="/v1/completions", completion_window="24h"
+    )
+    wait_for(lambda: len(batch_jobs(settings.database_url, batch.id)) == 1)
+    [job] = batch_jobs(settings.database_url, batch.id)
+    assert job.request is not None and job.request["raw_prompt"] is True
+    assert job.request["messages"] == [{"role": "user", "content": "Once upon a time"}]
+
+    finish_jobs(settings.database_url, batch.id)
+    done = client.batches.retrieve(batch.id)
+    assert done.status == "completed" and done.output_file_id and done.error_file_id
+    [answer] = [json.loads(x) for x in client.files.content(done.output_file_id).text.splitlines()]
+    assert answer["custom_id"] == "p"
+    reply = answer["response"]["body"]
+    assert reply["object"] == "text_completion"
+    assert reply["choices"][0]["text"] == "hi there"
+    [error] = [json.loads(x) for x in client.files.content(done.error_file_id).text.splitlines()]
+    assert "/v1/completions" in error["error"]["message"]
+
+
 def test_another_key_sees_none_of_it(settings: Settings, gateway_url: str) -> None:
     owner = sdk(gateway_url, new_key(settings, "owner"))
     other = sdk(gateway_url, new_key(settings, "other"))
