@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from bench.fuzz_values import random_json_value, random_text
+from schemas.messages import celery_job_message
 from schemas.queues import GENERATE_TASK, Priority, Tier, queue_name
 
 if TYPE_CHECKING:
@@ -40,46 +41,23 @@ def task_message(
 ) -> dict[str, Any]:
     """A kombu envelope of a Celery protocol-2 message, as kombu stores it on a Redis list.
 
-    With ``args=[job_id]`` and the defaults it is exactly what the producer publishes,
-    so a mutation of one part gets past every other check and reaches that part's.
-    ``message_id`` is the task id and delivery tag: each message needs its own, as the
-    worker tracks unacknowledged messages by tag.
+    It is the producer's own message (:func:`schemas.messages.celery_job_message`) with
+    the body, task name and routing key replaced: with ``args=[job_id]`` and the
+    defaults it is what the producer publishes, so a mutation of one part gets past
+    every other check and reaches that part's. ``message_id`` is the task id and the
+    delivery tag (each message needs its own: the worker tracks unacknowledged messages
+    by tag); the origin is ``fuzz``, so the same seed gives the same bytes anywhere.
     """
+    message: dict[str, Any] = json.loads(
+        celery_job_message(message_id, Tier.SMALL, Priority.INTERACTIVE).text
+    )
     body = [args, {} if kwargs is None else kwargs, EMPTY_EMBED if embed is None else embed]
-    return {
-        "body": _base64_json(body),
-        "content-encoding": "utf-8",
-        "content-type": "application/json",
-        "headers": {
-            "lang": "py",
-            "task": task,
-            "id": message_id,
-            "shadow": None,
-            "eta": None,
-            "expires": None,
-            "group": None,
-            "group_index": None,
-            "retries": 0,
-            "timelimit": [None, None],
-            "root_id": message_id,
-            "parent_id": None,
-            "argsrepr": repr(args)[:100],
-            "kwargsrepr": "{}",
-            "origin": "fuzz",
-            "ignore_result": True,
-            "replaced_task_nesting": 0,
-            "stamped_headers": None,
-            "stamps": {},
-        },
-        "properties": {
-            "correlation_id": message_id,
-            "delivery_mode": 2,
-            "delivery_info": {"exchange": "", "routing_key": queue},
-            "priority": 0,
-            "body_encoding": "base64",
-            "delivery_tag": message_id,
-        },
-    }
+    message["body"] = _base64_json(body)
+    message["headers"] |= {"task": task, "argsrepr": repr(args)[:100], "origin": "fuzz"}
+    # The producer draws these at random; a fuzz case is the same bytes for the same seed.
+    message["properties"] |= {"reply_to": message_id, "delivery_tag": message_id}
+    message["properties"]["delivery_info"]["routing_key"] = queue
+    return message
 
 
 def _base64_json(value: object) -> str:
