@@ -73,8 +73,8 @@ class KeyCheck:
         bad keys must not lock a tenant out. Only a missing or invalid key from a blocked
         address is refused with the block.
 
-        Raises ``GatewayError``: 429 for a key over its rate, or a bad key from an address
-        with too many recent failed logins; 401 for a missing or invalid key.
+        Raises ``GatewayError``: 429 for a key over its rate, or an invalid key from an
+        address with too many recent failed logins; 401 for a missing or invalid key.
         """
         scheme, _, secret = authorization.partition(" ")
         secret = secret.strip() if scheme.lower() == "bearer" else ""
@@ -90,8 +90,12 @@ class KeyCheck:
         return identity
 
     async def _refuse(self, address: str, *, missing: bool) -> NoReturn:
-        """Refuse a missing or invalid key: 429 while ``address`` is blocked (counted no
-        further), else 401 (counted against it)."""
+        """Refuse a missing or invalid key. A missing key guesses nothing: 401, never
+        counted (a scraper or probe left without its key must not block its address).
+        An invalid one: 429 while ``address`` is blocked (counted no further), else 401
+        (counted against it)."""
+        if missing:
+            raise GatewayError("missing API key: send Authorization: Bearer <key>", UNAUTHORIZED)
         limit = self.auth_failures_per_min
         blocked = await auth_blocked(self._redis(), address, limit)
         if blocked is not None:
@@ -100,8 +104,6 @@ class KeyCheck:
                 rate_limited(blocked),
             )
         await record_auth_failure(self._redis(), address)
-        if missing:
-            raise GatewayError("missing API key: send Authorization: Bearer <key>", UNAUTHORIZED)
         raise GatewayError("invalid API key", UNAUTHORIZED)
 
     def _cached_key(self, secret: str) -> KeyIdentity | None:

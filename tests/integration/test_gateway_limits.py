@@ -108,12 +108,26 @@ def test_failed_authentications_are_limited_per_address(integration_settings: Se
         assert http.get("/v1/models", headers=good).status_code == 200
         _, fresh = new_key(settings, "fresh")
         assert http.get("/v1/models", headers=fresh).status_code == 200
-        # Bad or missing keys from it stay blocked, and the block is not extended by them.
-        error_of(http.get("/v1/models"), 429, "rate_limit_exceeded")
+        # Bad keys from it stay blocked, and the block is not extended by them; a
+        # missing key guesses nothing and is told what is missing.
+        error_of(http.get("/v1/models"), 401, "invalid_api_key")
         guess = {"Authorization": "Bearer llmq-guess"}
         error_of(http.get("/v1/models", headers=guess), 429, "rate_limit_exceeded")
         # Paths outside /v1 stay open.
         assert http.get("/healthz").status_code == 200
+
+
+def test_requests_without_a_key_never_block_their_address(
+    integration_settings: Settings,
+) -> None:
+    settings = integration_settings.model_copy(update={"auth_failures_per_min": 3})
+    with running_gateway(settings) as url, httpx.Client(base_url=url) as http:
+        for _ in range(10):  # a scraper left without its key
+            error_of(http.get("/metrics"), 401, "invalid_api_key")
+            error_of(http.get("/v1/models"), 401, "invalid_api_key")
+        # Nothing was counted: a guess is still the first of its address.
+        guess = http.get("/v1/models", headers={"Authorization": "Bearer llmq-guess"})
+        error_of(guess, 401, "invalid_api_key")
 
 
 def test_the_request_window_slides(integration_settings: Settings) -> None:
