@@ -8,8 +8,9 @@ from functools import partial
 
 import redis.asyncio as aioredis
 from sqlalchemy.orm import Session, sessionmaker
+from typing_extensions import Unpack
 
-from producer.client import Client
+from producer.client import Client, SubmitOptions
 from producer.handles import HandleCore, with_logprobs
 from producer.jobs import new_job_id
 from producer.pubsub_pool import PubSub, PubSubPool
@@ -43,17 +44,12 @@ class AsyncClient:
         self,
         request: RequestLike,
         *,
-        tier: Tier | str = "auto",
-        priority: Priority | str = Priority.INTERACTIVE,
-        idempotency_key: str | None = None,
-        owner: str | None = None,
-        require_warm_worker: bool = False,
-        deadline_s: float | None = None,
-        conversation_id: str | None = None,
         subscribe: bool = False,
+        **options: Unpack[SubmitOptions],
     ) -> AsyncJobHandle:
-        """See :meth:`producer.client.Client.submit`, ``subscribe`` included: read the
-        handle's events or ``await handle.aclose()``."""
+        """See :meth:`producer.client.Client.submit`, whose enqueue options
+        (:class:`~producer.client.SubmitOptions`) it takes by name, ``subscribe``
+        included: read the handle's events or ``await handle.aclose()``."""
         job_id = new_job_id()
         # Subscribed on the loop while the thread sends the message; the thread waits
         # for the confirmation only before the row (nothing is published sooner).
@@ -63,13 +59,7 @@ class AsyncClient:
                 partial(
                     self._sync.submit,
                     request,
-                    tier=tier,
-                    priority=priority,
-                    idempotency_key=idempotency_key,
-                    owner=owner,
-                    require_warm_worker=require_warm_worker,
-                    deadline_s=deadline_s,
-                    conversation_id=conversation_id,
+                    **options,
                     job_id=job_id,
                     before_row=confirming.wait_confirmed if confirming else None,
                 )

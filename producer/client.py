@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from functools import partial
+from typing import TypedDict
 
 import redis
 from sqlalchemy import Engine
@@ -59,6 +60,19 @@ SLOW_SUBMIT_S = 0.5
 """A submit slower than this is logged with where its time went."""
 CANCEL_PIPELINE = 1000
 """Streams closed per pipeline when a batch's queued jobs are cancelled at once."""
+
+
+class SubmitOptions(TypedDict, total=False):
+    """The enqueue options of :meth:`Client.submit`, by name, for a caller that passes
+    them on (the asyncio client); each means what it means there."""
+
+    tier: Tier | str
+    priority: Priority | str
+    idempotency_key: str | None
+    owner: str | None
+    require_warm_worker: bool
+    deadline_s: float | None
+    conversation_id: str | None
 
 
 def _nothing() -> None:

@@ -96,7 +96,7 @@ def score_json_schema(schema: dict[str, Any], answer: str) -> bool:
     if value is None:
         return False
     try:
-        import jsonschema  # type: ignore[import-untyped]
+        import jsonschema
     except ImportError as exc:
         raise ConfigError("the json_schema rule needs the jsonschema package") from exc
     validator = jsonschema.Draft202012Validator(schema)
