@@ -11,9 +11,10 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
 from producer.gateway.context import GatewayContext
-from producer.gateway.errors import BAD_REQUEST, GatewayError, error_response
+from producer.gateway.errors import BAD_REQUEST, NOT_FOUND, GatewayError, HttpError, error_response
 from producer.gateway.guard import FrontDoor
 from producer.gateway.keys import KEY_CACHE_S
 from producer.gateway.routes.batches import FILES_PATH, add_batch_api
@@ -25,6 +26,12 @@ from schemas.errors import LlmqError
 from schemas.settings import Settings
 
 OPENAPI_PATH = "/openapi.json"
+SERVED_ENDPOINTS = (
+    "/v1/chat/completions, /v1/completions, /v1/models, /v1/files, /v1/batches, "
+    "/v1/jobs, /v1/conversations"
+)
+# A path echoed in an error is cut: the caller sent it, but it may be huge.
+MAX_ECHOED_PATH_CHARS = 200
 
 
 def create_app(
@@ -58,6 +65,7 @@ def create_app(
     )
     app.add_exception_handler(LlmqError, _llmq_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
+    app.add_exception_handler(HTTPException, _unrouted)  # type: ignore[arg-type]
     add_probe_routes(app, gateway)
     add_job_routes(app, gateway)
     add_openai_routes(app, gateway)
@@ -76,3 +84,16 @@ async def _invalid(_request: Request, exc: RequestValidationError) -> JSONRespon
         f"{'.'.join(str(p) for p in e['loc'][1:]) or 'body'}: {e['msg']}" for e in exc.errors()
     )
     return error_response(GatewayError(f"invalid request: {problems}", BAD_REQUEST))
+
+
+async def _unrouted(request: Request, exc: HTTPException) -> JSONResponse:
+    """A path or method no route serves, in OpenAI's error shape and naming what is
+    served (``/v1/embeddings`` and the like: llmq serves generation only)."""
+    asked = f"{request.method} {request.url.path[:MAX_ECHOED_PATH_CHARS]}"
+    if exc.status_code == 404:
+        message = f"{asked} is not served; llmq serves {SERVED_ENDPOINTS}"
+        return error_response(GatewayError(message, NOT_FOUND))
+    if exc.status_code == 405:
+        allowed = HttpError(405, "invalid_request_error", "method_not_allowed")
+        return error_response(GatewayError(f"{asked}: method not allowed", allowed))
+    return error_response(GatewayError(str(exc.detail), HttpError(exc.status_code, "error")))

@@ -274,3 +274,19 @@ def test_idempotency_keys_belong_to_the_api_key(
     assert post(secret_a, changed) == 409
     assert post(secret_b, body) == 200  # another key's job, not a's
     assert job_owners(integration_settings) == [a.id, b.id]
+
+
+def test_a_path_or_method_no_route_serves_is_an_openai_error_naming_it(
+    gateway: httpx.Client, integration_settings: Settings
+) -> None:
+    headers = auth(new_key(integration_settings, "caller"))
+    body = {"model": "small", "input": "hello"}
+    error = assert_openai_error(
+        gateway.post("/v1/embeddings", json=body, headers=headers), 404, "not_found"
+    )
+    assert "POST /v1/embeddings is not served" in str(error["message"])
+    assert "/v1/chat/completions" in str(error["message"])
+    error = assert_openai_error(gateway.get(CHAT, headers=headers), 405, "method_not_allowed")
+    assert f"GET {CHAT}" in str(error["message"])
+    # The front door comes first: without a key, an unknown /v1 path is a 401.
+    assert_openai_error(gateway.post("/v1/embeddings", json=body), 401, "invalid_api_key")
