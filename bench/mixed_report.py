@@ -153,21 +153,15 @@ def code_commit() -> str | None:
     import subprocess
 
     folder = Path(__file__).resolve().parent
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["git", *args], check=False, cwd=folder, capture_output=True, text=True
+        )
+
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            check=False,
-            cwd=folder,
-            capture_output=True,
-            text=True,
-        )
-        changes = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            check=False,
-            cwd=folder,
-            capture_output=True,
-            text=True,
-        )
+        head = git("rev-parse", "--short", "HEAD")
+        changes = git("status", "--porcelain", "--untracked-files=no")
     except OSError:
         return None
     if head.returncode != 0:

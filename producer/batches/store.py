@@ -155,6 +155,11 @@ def create_file(
     return row
 
 
+def _quota_reached(message: str, quota: str) -> QuotaExceeded:
+    """The refusal for ``quota``, with the Retry-After every quota refusal carries."""
+    return QuotaExceeded(message, quota=quota, retry_after_s=QUOTA_RETRY_S)
+
+
 def _check_file_quota(session: Session, owner: str, quotas: Quotas, *, adding: int) -> None:
     """Raise ``QuotaExceeded`` if ``owner`` may not store one more file of ``adding``
     bytes (with 0: if it is already at either quota)."""
@@ -164,21 +169,19 @@ def _check_file_quota(session: Session, owner: str, quotas: Quotas, *, adding: i
         )
     ).one()
     if int(count) >= quotas.files:
-        raise QuotaExceeded(
+        raise _quota_reached(
             f"file quota reached: this key stores {int(count)} files, the limit is "
             f"{quotas.files}; delete some (DELETE /v1/files/{{id}}) to upload more",
-            quota="files",
-            retry_after_s=QUOTA_RETRY_S,
+            "files",
         )
     if int(size) + adding > quotas.stored_bytes or (
         adding == 0 and int(size) >= quotas.stored_bytes
     ):
-        raise QuotaExceeded(
+        raise _quota_reached(
             f"stored bytes quota reached: this key stores {int(size)} bytes of files"
             + (f", and this upload adds {adding}" if adding else "")
             + f"; the limit is {quotas.stored_bytes}; delete files to upload more",
-            quota="stored_bytes",
-            retry_after_s=QUOTA_RETRY_S,
+            "stored_bytes",
         )
 
 
@@ -388,18 +391,16 @@ def _check_batch_quota(session: Session, owner: str, quotas: Quotas, *, adding: 
         )
     ).one()
     if int(count) >= quotas.batches:
-        raise QuotaExceeded(
+        raise _quota_reached(
             f"batches in flight quota reached: this key has {int(count)} batches not yet "
             f"ended, the limit is {quotas.batches}",
-            quota="batches_in_flight",
-            retry_after_s=QUOTA_RETRY_S,
+            "batches_in_flight",
         )
     if int(lines) + adding > quotas.lines:
-        raise QuotaExceeded(
+        raise _quota_reached(
             f"lines in flight quota reached: this key's unfinished batches hold "
             f"{int(lines)} lines and this one adds {adding}; the limit is {quotas.lines}",
-            quota="lines_in_flight",
-            retry_after_s=QUOTA_RETRY_S,
+            "lines_in_flight",
         )
 
 
