@@ -235,6 +235,12 @@ def probe_json_schema_streamed(api: Api) -> None:
     require(streamed.texts[0] == content_of(plain), "streamed text differs from plain")
 
 
+def probe_invalid_schema(api: Api) -> None:
+    not_a_schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 5}}}
+    body = api.chat_body({"messages": CAPITAL, "max_tokens": 8, "response_format": not_a_schema})
+    check_error(api.post("/v1/chat/completions", body), 400)
+
+
 def probe_choice(api: Api) -> None:
     body = api.chat(
         messages=[{"role": "user", "content": "Is Rome in Italy?"}],
@@ -325,6 +331,20 @@ def probe_tools_required(api: Api) -> None:
     require(isinstance(calls, list) and bool(calls), f"tool_calls {calls!r}")
     for call in calls:
         check_tool_call(call, {"get_weather", "get_time"})
+
+
+def probe_tools_one_call(api: Api) -> None:
+    body = api.chat(
+        messages=WEATHER_QUESTION,
+        max_tokens=64,
+        tools=[WEATHER_TOOL, TIME_TOOL],
+        tool_choice="required",
+        parallel_tool_calls=False,
+    )
+    [choice] = check_completion(body)
+    calls = get(choice["message"], "tool_calls")
+    require(isinstance(calls, list) and len(calls) == 1, f"tool_calls {calls!r}")
+    check_tool_call(calls[0], {"get_weather", "get_time"})
 
 
 def probe_tools_streamed(api: Api) -> None:
@@ -426,6 +446,7 @@ PROBES: tuple[Probe, ...] = (
     Probe("json_object", "response_format json_object parses", probe_json_object),
     Probe("json_schema", "response_format json_schema follows it", probe_json_schema),
     Probe("json_schema_stream", "json_schema streamed, same text", probe_json_schema_streamed),
+    Probe("invalid_schema", "a json_schema that is no JSON schema is a 400", probe_invalid_schema),
     Probe("choice", "structured_outputs choice", probe_choice),
     Probe("regex", "structured_outputs regex", probe_regex),
     Probe("logprobs", "logprobs with top_logprobs", probe_logprobs),
@@ -434,6 +455,11 @@ PROBES: tuple[Probe, ...] = (
     Probe("n_stream", "n=2 streamed: both indexes", probe_n_streamed),
     Probe("tools_named", "tools, tool_choice naming a function", probe_tools_named),
     Probe("tools_required", "tools, tool_choice required", probe_tools_required),
+    Probe(
+        "tools_one_call",
+        "tool_choice required with parallel_tool_calls false: one call",
+        probe_tools_one_call,
+    ),
     Probe("tools_stream", "tool call deltas in a stream", probe_tools_streamed),
     Probe("completions", "POST /v1/completions", probe_completions),
     Probe("completions_stream", "POST /v1/completions streamed", probe_completions_streamed),
