@@ -239,6 +239,12 @@ class Settings(BaseSettings):
         description="bytes of uploaded batch files one API key may keep stored; an upload "
         "that would pass it is a 429 (nothing kept) until files are deleted",
     )
+    file_retention_days: float = Field(
+        default=30.0,
+        ge=0,
+        description="batch files (uploads, outputs, errors) older than this are deleted by "
+        "the gateway's batch sweep, unless a batch not yet ended reads them; 0 keeps them",
+    )
     key_max_batches_in_flight: int = Field(
         default=16,
         ge=1,

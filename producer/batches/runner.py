@@ -22,6 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from producer.batches.enqueue import enqueue_batch
+from producer.batches.retention import expire_files
 from producer.batches.status import ACTIVE, BatchStatus
 from producer.batches.store import refresh_batch
 from producer.client import Client
@@ -36,6 +37,8 @@ FEEDERS = 4
 TURN_S = 60.0
 """A feeder fed its batch this long gives it up when another key's batch waits for
 a feeder and none is free (more keys than feeders take turns)."""
+RETENTION_EVERY_S = 600.0
+"""How often a sweep looks for files past their retention: deleting is not urgent."""
 
 T = TypeVar("T")
 
@@ -143,6 +146,7 @@ class BatchRunner:
         self._stopping = threading.Event()
         self._feed_pool = ThreadPoolExecutor(self.feeders, thread_name_prefix="llmq-batch-feed")
         self._sweep_pool = ThreadPoolExecutor(1, thread_name_prefix="llmq-batch-sweep")
+        self._expired_at = -math.inf
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop())
@@ -178,7 +182,9 @@ class BatchRunner:
             self._wake.clear()
 
     async def sweep(self) -> None:
-        """Start feeding every batch with lines no one sends; refresh every running one."""
+        """Start feeding every batch with lines no one sends; refresh every running one;
+        at most every ``RETENTION_EVERY_S``, delete files past their retention."""
+        await self._expire_files()
         found = await self._in(self._sweep_pool, partial(active_batches, self.client.sessions))
         waiting = [b for b in found if b.waiting and b.id not in self._feeding]
         left: set[str | None] = set()
@@ -200,6 +206,17 @@ class BatchRunner:
                 cancel_batch_jobs=self.client.cancel_batch_jobs,
             )
             await self._in(self._sweep_pool, refresh)
+
+    async def _expire_files(self) -> None:
+        retention_days = self.client.settings.file_retention_days
+        now = time.monotonic()
+        if retention_days <= 0 or now - self._expired_at < RETENTION_EVERY_S:
+            return
+        self._expired_at = now
+        expire = partial(expire_files, self.client.sessions, retention_days=retention_days)
+        deleted = await self._in(self._sweep_pool, expire)
+        if deleted:
+            log.info("deleted %d batch files older than %g days", deleted, retention_days)
 
     def _fed_owners(self) -> Counter[str | None]:
         return Counter(self._owners[b] for b in self._feeding if b in self._owners)

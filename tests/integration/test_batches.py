@@ -11,21 +11,23 @@ import io
 import json
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 
 import openai
 import pytest
 import redis
-from sqlalchemy import create_engine, select, text, update
+from sqlalchemy import create_engine, func, select, text, update
 from sqlalchemy.orm import Session
 
 from producer.batches import store
 from producer.batches.enqueue import claim, enqueue_batch
+from producer.batches.retention import expire_files
 from producer.cli import main
 from producer.client import Client
 from schemas.jobs import JobStatus
 from schemas.queues import Priority, Tier, queue_name
 from schemas.settings import Settings, TierConfig
-from schemas.tables import Batch, Job, utcnow
+from schemas.tables import Batch, BatchFile, BatchFileLine, Job, utcnow
 from tests.gateway_server import running_gateway
 from tests.integration.test_gateway import new_key
 
@@ -294,6 +296,37 @@ def test_a_full_batch_queue_is_waited_out_and_a_restart_resumes(settings: Settin
     assert resumed.enqueued == 6 and resumed.status == "in_progress"
     jobs = batch_jobs(settings.database_url, batch.id)
     assert sorted(job.custom_id or "" for job in jobs) == [f"r{i}" for i in range(6)]
+
+
+def test_files_past_their_retention_are_deleted_unless_a_running_batch_reads_them(
+    settings: Settings,
+) -> None:
+    with Client(settings) as client:
+        old = _upload(client, [line("a")])
+        read = _new_batch(client, [line("b")])  # in progress: its input is kept
+        new = _upload(client, [line("c")])
+        engine = create_engine(settings.database_url)
+        with engine.begin() as conn:
+            backdated = utcnow() - timedelta(days=31)
+            conn.execute(
+                update(BatchFile)
+                .where(BatchFile.id.in_([old.id, read.input_file_id]))
+                .values(created_at=backdated)
+            )
+        engine.dispose()
+        assert expire_files(client.sessions, retention_days=30) == 1
+        with pytest.raises(store.NotFound):
+            store.get_file(client.sessions, old.id, owner=None)
+        assert store.get_file(client.sessions, read.input_file_id, owner=None)
+        assert store.get_file(client.sessions, new.id, owner=None)
+        # Its lines went with it: nothing of the old file is left to read.
+        with Session(create_engine(settings.database_url)) as session:
+            left = session.scalar(
+                select(func.count())
+                .select_from(BatchFileLine)
+                .where(BatchFileLine.file_id == old.id)
+            )
+        assert left == 0
 
 
 def _new_batch(client: Client, lines: list[str], *, window: str = "24h") -> Batch:
