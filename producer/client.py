@@ -296,8 +296,8 @@ class Client:
     def _let_the_worker_start(self) -> None:
         """Wait ``row_write_delay_ms`` before writing a pushed job's row.
 
-        The worker reads the message, renders the prompt and hands it to its engine in
-        the next few milliseconds, and only then needs the row (its claim). The insert's
+        The worker reads the message, renders the prompt and hands it to its engine
+        first, and only then needs the row (its claim). The insert's
         CPU (and the database's) would compete with that start where producer, worker
         and engine share a host's free cores, as on a small CPU host (what the delay is
         worth there: docs/architecture.md, "The job row's insert"). Where they do not

@@ -2,8 +2,8 @@
 
 The producer names the task, so it never imports the workers package. A message is
 one ``LPUSH`` of what Celery would have sent (``schemas.messages``), behind the queue's
-depth check in the same script: Celery's publish path costs about a millisecond more on
-every submit, on the way to the first token.
+depth check in the same script: Celery's publish path would add its own work to every
+submit, on the way to the first token.
 """
 
 from __future__ import annotations

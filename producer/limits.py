@@ -89,8 +89,8 @@ def conservative_token_count(request: GenerationRequest, system_text: str | None
     those (vocabularies split numbers, codes and dates that finely), one per 3 bytes of
     the remaining ASCII (words: real vocabularies spend 4-5 bytes of English per token)
     and two per CJK character (they take 1-1.6). It is meant to count at least the real
-    tokens of prose, code, order numbers, dates, prices and Chinese (the measured range
-    is in docs/operations.md, "Tier table"). The price: a prompt near the window's edge
+    tokens of prose, code, order numbers, dates, prices and Chinese (docs/operations.md,
+    "Tier table"). The price: a prompt near the window's edge
     may be refused early; a tier's ``tokenizer`` setting gives the exact count. Random
     strings (base64) come out below the real count: the worker's exact check still
     catches those.

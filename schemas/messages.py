@@ -1,7 +1,7 @@
 """A job's message on its queue, in Celery's own protocol (version 2, JSON).
 
 Producers write it with one Redis command instead of going through Celery's publish
-path (which costs about a millisecond on every submit); workers, Flower and the
+path (and its work on every submit); workers, Flower and the
 envelope check see exactly what Celery's ``send_task`` would have sent.
 """
 

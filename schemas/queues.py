@@ -270,9 +270,9 @@ def open_streams_key(key_id: str) -> str:
 
 # How long one BRPOP of a worker's queues blocks. A queue the worker resumes reading
 # (its batch share freed a slot) joins the *next* BRPOP, so a long one leaves freed
-# slots empty: at kombu's default of 1 s, a 16-slot worker running a batch of short
-# jobs sat idle for 0.5 s on average each time its batch slots emptied together (a
-# fifth of the run). Ten empty polls a second per idle worker cost Redis nothing.
+# slots empty for up to a whole timeout (kombu's default is 1 s) each time its batch
+# slots empty together, which a batch of short jobs does often. Ten empty polls a
+# second per idle worker cost Redis nothing.
 # While one of its queues is paused a worker polls faster still
 # (``workers.consumer_step.PAUSED_POLL_S``).
 BRPOP_TIMEOUT_S = 0.1

@@ -54,7 +54,7 @@ class ClaimedJob:
 
 # A producer writes the row of a message that carries its request right after pushing
 # the message (producer.client); a worker that gets there first polls for it, for up
-# to schemas.messages.ROW_WAIT_S. The row usually lands within milliseconds, while the
+# to schemas.messages.ROW_WAIT_S. The row usually lands soon after the message, while the
 # engine computes the first token (which waits for the claim): polled often at first,
 # so a late row costs that token little, then less and less often.
 ROW_POLL_DELAYS_S = (0.001,) * 20 + (0.005,) * 10 + (0.02, 0.05, 0.1, 0.25, 0.5)

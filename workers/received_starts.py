@@ -1,7 +1,7 @@
 """Engine requests started as their job's message is read, until the task takes them.
 
-Between reading a message and running its task in a job thread, Celery spends about a
-millisecond (building its request, its strategy, the pool's hand-over, the task's
+Between reading a message and running its task in a job thread, Celery does work of
+its own (building its request, its strategy, the pool's hand-over, the task's
 tracing). An interactive job's engine request is started the moment the transport
 reads the message instead, on the consumer thread (``workers.app.start_on_receipt_of``,
 on ``workers.transport.job_message_received``); the job's task takes it from here and

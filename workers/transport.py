@@ -18,7 +18,7 @@ for the visibility timeout; with the record, the reaper puts it back within seco
 (:func:`restore_held`).
 
 A message's records are written right after Celery has handed its job to a thread,
-not before: the round trip (half a millisecond) then overlaps the job's start instead
+not before: the round trip then overlaps the job's start instead
 of delaying it. If the worker dies in between, the job's row still says queued and the
 reaper's lost-message sweep, which a worker's death triggers, sends it again.
 """

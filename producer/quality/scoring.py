@@ -115,7 +115,7 @@ def minilm_dir() -> str:
 
 @functools.cache
 def minilm() -> Embed:
-    """An embedder backed by all-MiniLM-L6-v2, loaded once per process (torch, ~2 s)."""
+    """An embedder backed by all-MiniLM-L6-v2, loaded once per process (it needs torch)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         from sentence_transformers import SentenceTransformer

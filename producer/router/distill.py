@@ -2,7 +2,7 @@
 
 Each vocabulary token is encoded alone, as ``[CLS] token [SEP]``, and mean-pooled the
 way the sentence model pools; the table then embeds a sentence with a lookup and a
-mean, in microseconds and without torch, for the producer's router.
+mean, without torch, for the producer's router.
 """
 
 from __future__ import annotations

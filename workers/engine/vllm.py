@@ -422,8 +422,8 @@ def cpu_dtype(cpuinfo: Path = Path("/proc/cpuinfo")) -> Literal["bfloat16", "flo
     """The faster dtype for this CPU: bfloat16 where it multiplies bfloat16 in hardware
     (AMX, or AVX-512 BF16), else float32.
 
-    Without such hardware bfloat16 is emulated and slower than float32; the
-    measurements per CPU are in docs/quality.md ("The quantization demo").
+    Without such hardware bfloat16 is emulated and slower than float32;
+    ``llmq bench quant`` measures the two on a host (docs/quality.md).
     """
     try:
         flags = set(cpuinfo.read_text(encoding="utf-8", errors="replace").split())
