@@ -1,4 +1,5 @@
-"""``llmq bench ...``: each benchmark prints one JSON object as its last stdout line.
+"""``llmq bench ...``: each benchmark prints one JSON object as its last stdout line,
+with the ``host`` and the ``commit`` it ran on.
 
 Every benchmark is one :class:`Bench` entry in :data:`BENCHES`: its name, what it
 measures, its options, and the function that runs it. An option's ``dest`` is the
@@ -522,6 +523,12 @@ def _handler(entry: Bench, dests: list[str]) -> Callable[[argparse.Namespace], i
         print(f"llmq bench {entry.name}: {entry.help}", file=sys.stderr)
         started = time.monotonic()
         result = entry.runner()(Settings.from_env(), values)
+        # Every result names where and on what code it ran: a figure is evidence only
+        # with its host and commit beside it.
+        from bench.mixed_report import code_commit, host_description
+
+        result.setdefault("host", host_description())
+        result.setdefault("commit", code_commit())
         took = format_duration(time.monotonic() - started)
         print(f"llmq bench {entry.name}: finished in {took}", file=sys.stderr)
         return _emit(result, args.json)

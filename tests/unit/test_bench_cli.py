@@ -64,7 +64,9 @@ def test_a_plain_benchmark_gets_every_keyword_its_function_takes(
     assert main(["bench", entry.name, "--tier", "large", "--json"]) == 0
     assert set(seen) == set(list(real.parameters)[1:])
     assert seen["tier"] is Tier.LARGE
-    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {"bench": entry.name}
+    result = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert result["bench"] == entry.name
+    assert set(result) == {"bench", "host", "commit"}
 
 
 def test_peer_and_faults_get_their_plans(
@@ -88,8 +90,12 @@ def test_peer_and_faults_get_their_plans(
     assert main([*args, "--database-url", "sqlite:///lab.db"]) == 0
     assert seen["faults"] == ("sqlite:///lab.db", FaultPlan(kills=3, logs_dir=tmp_path))
     out = capsys.readouterr().out.splitlines()
-    assert out[-2].strip() == "jobs_lost: 0"  # the readable lines come first
-    assert json.loads(out[-1]) == {"jobs_lost": 0}
+    assert out[-4].strip() == "jobs_lost: 0"  # the readable lines come first
+    result = json.loads(out[-1])
+    assert result["jobs_lost"] == 0
+    # Every result names the host and the commit it ran on.
+    assert "cores" in result["host"]
+    assert result["commit"] is None or len(result["commit"]) >= 7
 
 
 def test_a_bad_routing_mix_is_refused_in_words(
@@ -126,7 +132,7 @@ def test_a_bench_says_what_it_runs_and_how_long_it_took_on_stderr_only(
     monkeypatch.setattr(bench.warm, "run_warm", lambda settings, **values: {"bench": "warm"})
     assert main(["bench", "warm", "--json"]) == 0
     out, err = capsys.readouterr()
-    assert out == '{"bench": "warm"}\n'
+    assert out.count("\n") == 1 and json.loads(out)["bench"] == "warm"
     assert err.startswith("llmq bench warm: TTFT: cold engine vs warmed worker")
     assert "llmq bench warm: finished in " in err
 
