@@ -156,21 +156,8 @@ class AsyncClient:
         await self.aclose()
 
 
-class AsyncJobHandle(HandleCore[PubSub]):
+class AsyncJobHandle(HandleCore[AsyncClient, PubSub]):
     """One submitted job, for asyncio code."""
-
-    def __init__(
-        self,
-        client: AsyncClient,
-        job_id: str,
-        tier: Tier,
-        priority: Priority,
-        *,
-        early: PubSub | None = None,
-        routed_tier: Tier | None = None,
-    ) -> None:
-        super().__init__(job_id, tier, priority, routed_tier=routed_tier, early=early)
-        self.client = client
 
     async def events(
         self, *, from_seq: int = 0, timeout: float | None = None

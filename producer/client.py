@@ -497,21 +497,9 @@ class Client:
         self.close()
 
 
-class JobHandle(HandleCore[SyncPubSub]):
+class JobHandle(HandleCore[Client, SyncPubSub]):
     """One submitted job: stream its text or wait for its result (from one thread at a
     time)."""
-
-    def __init__(
-        self,
-        client: Client,
-        job_id: str,
-        tier: Tier,
-        priority: Priority,
-        *,
-        routed_tier: Tier | None = None,
-    ) -> None:
-        super().__init__(job_id, tier, priority, routed_tier=routed_tier)
-        self.client = client
 
     def events(
         self, *, from_seq: int = 0, timeout: float | None = None

@@ -17,16 +17,19 @@ from schemas.events import ErrorEvent, TerminalEvent, TokenEvent, TokenLogprob, 
 from schemas.jobs import JobResult, JobStatus
 from schemas.queues import Priority, Tier
 
+ClientT = TypeVar("ClientT")
+"""The client the handle reads, cancels and gives subscriptions back through."""
 Subscription = TypeVar("Subscription")
 """The pub/sub connection a handle's first read may take (sync or asyncio)."""
 
 
-class HandleCore(Generic[Subscription]):
-    """One submitted job's identity, its subscription sent ahead, and its terminal event
-    once a read has seen it."""
+class HandleCore(Generic[ClientT, Subscription]):
+    """One submitted job's identity, the client it goes through, its subscription sent
+    ahead, and its terminal event once a read has seen it."""
 
     def __init__(
         self,
+        client: ClientT,
         job_id: str,
         tier: Tier,
         priority: Priority,
@@ -34,6 +37,7 @@ class HandleCore(Generic[Subscription]):
         routed_tier: Tier | None = None,
         early: Subscription | None = None,
     ) -> None:
+        self.client = client
         self.job_id = job_id
         self.tier = tier
         """The tier that serves the job."""

@@ -17,7 +17,7 @@ import random
 import sys
 from pathlib import Path
 
-from bench.data.store_policies import Row, store_policies
+from bench.data.store_policies import Row, case, store_policies
 from producer.quality.cases import BUNDLED_CASES, parse_cases
 
 SEED = 15
@@ -39,14 +39,14 @@ def customer_service(rng: random.Random) -> list[Row]:
         # A number must stand alone ("5" is not in "$50"); a word is a plain substring.
         numeric = isinstance(expected, int)
         rows.append(
-            {
-                "prompt": f"Store information: {context}\nCustomer: {question}\n"
+            case(
+                f"Store information: {context}\nCustomer: {question}\n"
                 "Answer the customer in one short sentence.",
-                "rule": "regex" if numeric else "contains",
-                "expected": rf"(?<![\d.]){expected}(?!\d)" if numeric else expected,
-                "max_tokens": 24,
-                "tags": ["customer-service"],
-            }
+                "regex" if numeric else "contains",
+                rf"(?<![\d.]){expected}(?!\d)" if numeric else expected,
+                max_tokens=24,
+                tags=["customer-service"],
+            )
         )
 
     for _ in range(14):
@@ -116,26 +116,26 @@ def arithmetic(rng: random.Random) -> list[Row]:
         op = rng.choice(["+", "-", "*"])
         value = {"+": a + b, "-": a - b, "*": a * b}[op]
         rows.append(
-            {
-                "prompt": f"What is {a} {op} {b}? Reply with the number only.",
-                "rule": "exact",
-                "expected": str(value),
-                "max_tokens": 8,
-                "tags": ["arithmetic"],
-            }
+            case(
+                f"What is {a} {op} {b}? Reply with the number only.",
+                "exact",
+                str(value),
+                max_tokens=8,
+                tags=["arithmetic"],
+            )
         )
     for _ in range(40):
         count, price = rng.randint(2, 9), rng.randint(2, 15)
         product = rng.choice(PRODUCTS)
         rows.append(
-            {
-                "prompt": f"A customer buys {count} of the {product} at ${price} each. "
+            case(
+                f"A customer buys {count} of the {product} at ${price} each. "
                 "What is the total in dollars? Reply with the number only.",
-                "rule": "regex",
-                "expected": rf"(?<![\d.]){count * price}(?![\d])",
-                "max_tokens": 8,
-                "tags": ["arithmetic", "word-problem"],
-            }
+                "regex",
+                rf"(?<![\d.]){count * price}(?![\d])",
+                max_tokens=8,
+                tags=["arithmetic", "word-problem"],
+            )
         )
     return rows
 
@@ -156,13 +156,13 @@ def choice(rng: random.Random) -> list[Row]:
         for text in texts:
             for style in ("Answer with the letter only.", "Reply with one letter."):
                 rows.append(
-                    {
-                        "prompt": f'Classify the request "{text}" as {options}. {style}',
-                        "rule": "choice",
-                        "expected": letter,
-                        "max_tokens": 4,
-                        "tags": ["intent"],
-                    }
+                    case(
+                        f'Classify the request "{text}" as {options}. {style}',
+                        "choice",
+                        letter,
+                        max_tokens=4,
+                        tags=["intent"],
+                    )
                 )
     for _ in range(16):
         a, b = rng.randint(10, 60), rng.randint(10, 60)
@@ -170,14 +170,14 @@ def choice(rng: random.Random) -> list[Row]:
             b += 1
         bigger = "A" if a > b else "B"
         rows.append(
-            {
-                "prompt": f"Which costs more? A) a plan at ${a} a month B) a plan at ${b} a "
+            case(
+                f"Which costs more? A) a plan at ${a} a month B) a plan at ${b} a "
                 "month. Answer with the letter only.",
-                "rule": "choice",
-                "expected": bigger,
-                "max_tokens": 4,
-                "tags": ["comparison"],
-            }
+                "choice",
+                bigger,
+                max_tokens=4,
+                tags=["comparison"],
+            )
         )
     return rows
 
@@ -196,11 +196,11 @@ def extraction(rng: random.Random) -> list[Row]:
             ]
         )
         rows.append(
-            {
-                "prompt": f'Extract the customer name and order number from: "{message}" '
+            case(
+                f'Extract the customer name and order number from: "{message}" '
                 'Reply with JSON only: {"name": string, "order": integer}.',
-                "rule": "json_schema",
-                "expected": {
+                "json_schema",
+                {
                     "type": "object",
                     "properties": {
                         "name": {"type": "string", "pattern": last},
@@ -208,19 +208,19 @@ def extraction(rng: random.Random) -> list[Row]:
                     },
                     "required": ["name", "order"],
                 },
-                "max_tokens": 32,
-                "tags": ["extraction"],
-            }
+                max_tokens=32,
+                tags=["extraction"],
+            )
         )
     for _ in range(20):
         product, count = rng.choice(PRODUCTS), rng.randint(1, 6)
         city = rng.choice(CITIES)
         rows.append(
-            {
-                "prompt": f'From "Please send {count} {product} to our office in {city}", '
+            case(
+                f'From "Please send {count} {product} to our office in {city}", '
                 'reply with JSON only: {"product": string, "quantity": integer, "city": string}.',
-                "rule": "json_schema",
-                "expected": {
+                "json_schema",
+                {
                     "type": "object",
                     "properties": {
                         "product": {"type": "string"},
@@ -229,9 +229,9 @@ def extraction(rng: random.Random) -> list[Row]:
                     },
                     "required": ["product", "quantity", "city"],
                 },
-                "max_tokens": 32,
-                "tags": ["extraction"],
-            }
+                max_tokens=32,
+                tags=["extraction"],
+            )
         )
     return rows
 
@@ -243,28 +243,28 @@ def lookups(rng: random.Random) -> list[Row]:
         team = rng.choice(["help", "support", "billing", "care"])
         domain = rng.choice(["shop.example", "store.example", "acme.example"])
         rows.append(
-            {
-                "prompt": f"Our support address is {team}@{domain}. "
+            case(
+                f"Our support address is {team}@{domain}. "
                 "What email should I write to? Reply with the address only.",
-                "rule": "regex",
-                "expected": rf"\b{team}@{domain.replace('.', chr(92) + '.')}\b",
-                "max_tokens": 12,
-                "tags": ["customer-service", "lookup"],
-            }
+                "regex",
+                rf"\b{team}@{domain.replace('.', chr(92) + '.')}\b",
+                max_tokens=12,
+                tags=["customer-service", "lookup"],
+            )
         )
     for _ in range(15):
         threshold = rng.choice([25, 40, 50, 60])
         total = rng.choice([threshold - 10, threshold + 15])
         answer = "yes" if total > threshold else "no"
         rows.append(
-            {
-                "prompt": f"Shipping is free for orders over ${threshold}. My order is ${total}. "
+            case(
+                f"Shipping is free for orders over ${threshold}. My order is ${total}. "
                 "Is my shipping free? Answer yes or no.",
-                "rule": "regex",
-                "expected": rf"^\W*{answer}\b",
-                "max_tokens": 4,
-                "tags": ["customer-service", "reasoning"],
-            }
+                "regex",
+                rf"^\W*{answer}\b",
+                max_tokens=4,
+                tags=["customer-service", "reasoning"],
+            )
         )
     return rows
 
@@ -300,14 +300,14 @@ def replies(rng: random.Random) -> list[Row]:
     for question, reference in REPLIES:
         for prefix in rng.sample(prefixes, 2):
             rows.append(
-                {
-                    "prompt": f"{prefix}{question} Reply in one short sentence.",
-                    "rule": "similarity",
-                    "expected": reference,
-                    "threshold": 0.5,
-                    "max_tokens": 24,
-                    "tags": ["customer-service", "reply"],
-                }
+                case(
+                    f"{prefix}{question} Reply in one short sentence.",
+                    "similarity",
+                    reference,
+                    max_tokens=24,
+                    tags=["customer-service", "reply"],
+                    threshold=0.5,
+                )
             )
     return rows
 

@@ -13,6 +13,23 @@ from typing import Any
 Row = dict[str, Any]
 
 
+def case(
+    prompt: str,
+    rule: str,
+    expected: object,
+    *,
+    max_tokens: int,
+    tags: list[str],
+    threshold: float | None = None,
+) -> Row:
+    """One case file row, its keys in the file's order (``threshold`` only where the
+    rule takes one)."""
+    row: Row = {"prompt": prompt, "rule": rule, "expected": expected}
+    if threshold is not None:
+        row["threshold"] = threshold
+    return row | {"max_tokens": max_tokens, "tags": tags}
+
+
 @dataclass(frozen=True)
 class Policy:
     """A store policy: ways to state it, ways a customer asks, and the values it takes.
@@ -405,13 +422,13 @@ def store_policies(rng: random.Random) -> list[Row]:
                 raise ValueError(f"the answer {value!r} is not once in: {context} {asked}")
             numeric = isinstance(value, int)
             rows.append(
-                {
-                    "prompt": f"Store information: {context}\nCustomer: {asked}\n"
+                case(
+                    f"Store information: {context}\nCustomer: {asked}\n"
                     "Answer the customer in one short sentence.",
-                    "rule": "regex" if numeric else "contains",
-                    "expected": rf"(?<![\d.]){value}(?!\d)" if numeric else value,
-                    "max_tokens": 24,
-                    "tags": ["customer-service", "policy"],
-                }
+                    "regex" if numeric else "contains",
+                    rf"(?<![\d.]){value}(?!\d)" if numeric else value,
+                    max_tokens=24,
+                    tags=["customer-service", "policy"],
+                )
             )
     return rows
