@@ -9,6 +9,7 @@ an error, the end) and the result built from the terminal event are decided here
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Generic, TypeVar
 
 from producer.streams import Event
@@ -23,31 +24,23 @@ Subscription = TypeVar("Subscription")
 """The pub/sub connection a handle's first read may take (sync or asyncio)."""
 
 
+@dataclass(eq=False, repr=False)
 class HandleCore(Generic[ClientT, Subscription]):
     """One submitted job's identity, the client it goes through, its subscription sent
     ahead, and its terminal event once a read has seen it."""
 
-    def __init__(
-        self,
-        client: ClientT,
-        job_id: str,
-        tier: Tier,
-        priority: Priority,
-        *,
-        routed_tier: Tier | None = None,
-        early: Subscription | None = None,
-    ) -> None:
-        self.client = client
-        self.job_id = job_id
-        self.tier = tier
-        """The tier that serves the job."""
-        self.priority = priority
-        self.routed_tier = routed_tier
-        """For ``auto``: the tier the classifier chose (``tier`` differs where no
-        worker served it); None for an explicit tier."""
-        self._terminal: TerminalEvent | None = None
-        self.early = early
-        """The subscription ``submit(subscribe=True)`` made, until a read takes it."""
+    client: ClientT
+    job_id: str
+    tier: Tier
+    """The tier that serves the job."""
+    priority: Priority
+    _: KW_ONLY
+    routed_tier: Tier | None = None
+    """For ``auto``: the tier the classifier chose (``tier`` differs where no worker
+    served it); None for an explicit tier."""
+    early: Subscription | None = None
+    """The subscription ``submit(subscribe=True)`` made, until a read takes it."""
+    _terminal: TerminalEvent | None = field(default=None, init=False)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.job_id!r}, tier={self.tier}, priority={self.priority})"
