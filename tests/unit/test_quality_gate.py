@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from bench.data.quality_cases import generate
 from producer.quality import (
     BUNDLED_CASES,
     Case,
@@ -22,7 +23,6 @@ from producer.quality import (
     score,
 )
 from producer.quality.cases import BENCH_POOL, load_bench_pool
-from bench.data.quality_cases import generate
 from producer.quality.scoring import chosen_option, first_json_object
 from producer.quality.stats import mcnemar_exact, newcombe_paired, tango_paired, wilson
 from schemas.errors import ConfigError
