@@ -252,9 +252,7 @@ def _last_run(sessions: sessionmaker[Session], a: Tier, b: Tier) -> AbRun | None
 Newest = TypeVar("Newest", TierPromotion, AbRun)
 
 
-def _newest(
-    sessions: sessionmaker[Session], query: Select[Newest], *, doing: str
-) -> Newest | None:
+def _newest(sessions: sessionmaker[Session], query: Select[Newest], *, doing: str) -> Newest | None:
     """The first row of ``query``, detached from its session; raises
     ``DatabaseUnavailable`` (``doing`` says what failed)."""
     try:
