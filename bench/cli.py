@@ -521,14 +521,15 @@ def _handler(entry: Bench, dests: list[str]) -> Callable[[argparse.Namespace], i
             values["tier"] = Tier(args.tier)
         # Progress goes to stderr, step by step; stdout keeps only the figures.
         print(f"llmq bench {entry.name}: {entry.help}", file=sys.stderr)
-        started = time.monotonic()
-        result = entry.runner()(Settings.from_env(), values)
-        # Every result names where and on what code it ran: a figure is evidence only
-        # with its host and commit beside it.
+        # Every result names where and on what code it ran (the commit as it starts):
+        # a figure is evidence only with its host and commit beside it.
         from bench.mixed_report import code_commit, host_description
 
+        commit = code_commit()
+        started = time.monotonic()
+        result = entry.runner()(Settings.from_env(), values)
         result.setdefault("host", host_description())
-        result.setdefault("commit", code_commit())
+        result.setdefault("commit", commit)
         took = format_duration(time.monotonic() - started)
         print(f"llmq bench {entry.name}: finished in {took}", file=sys.stderr)
         return _emit(result, args.json)
