@@ -503,7 +503,7 @@ def register(commands: Any) -> None:
         parser.set_defaults(handler=_handler(entry, dests))
     from bench.report import register_report
 
-    register_report(kinds)
+    register_report(kinds, run_with_defaults)
 
 
 class _HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
@@ -535,6 +535,22 @@ def _handler(entry: Bench, dests: list[str]) -> Callable[[argparse.Namespace], i
         return _emit(result, args.json)
 
     return handle
+
+
+def run_with_defaults(
+    settings: Settings, name: str, values: dict[str, Any], tier: Tier
+) -> dict[str, Any]:
+    """Run the benchmark ``name`` of :data:`BENCHES` with its options' defaults, updated
+    by ``values``, on ``tier`` where it runs an engine (``llmq bench report``)."""
+    (entry,) = [bench for bench in BENCHES if bench.name == name]
+    given: dict[str, Any] = {}
+    for option in entry.options:
+        key = option.dest or option.flags[-1].removeprefix("--").replace("-", "_")
+        given[key] = option.default
+    given.update(values)
+    if entry.on_engine:
+        given["tier"] = tier
+    return entry.runner()(settings, given)
 
 
 def _emit(result: dict[str, Any], only_json: bool) -> int:

@@ -17,9 +17,11 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.fault_counts import FAULT_ZERO_KEYS
 from schemas.queues import Tier
 from schemas.settings import Settings
 
@@ -27,6 +29,9 @@ if TYPE_CHECKING:
     from bench.report_plots import Figure
 
 Result = dict[str, Any]
+BenchRunner = Callable[[Settings, str, dict[str, Any], Tier], Result]
+"""Runs the benchmark named, with its defaults updated by the values given, on the tier
+given where it runs an engine (``bench.cli.run_with_defaults``)."""
 
 # Smaller samples for --quick: the whole suite in under ten minutes on a 2-core CPU.
 # Engine and worker starts are most of that time, so the quick suite runs in an order
@@ -94,19 +99,6 @@ class Goal:
         return bounds[0] <= self.target <= bounds[1]
 
 
-# Fault-lab counts that must be zero: each is a goal of the report, and its plot.
-FAULT_ZERO_KEYS = (
-    "jobs_lost",
-    "duplicate_results",
-    "stream_gaps",
-    "stream_dups",
-    "stalled_jobs",
-    "crashes",
-    "fuzz_request_crashes",
-    "fuzz_worker_crashes",
-)
-
-
 GOALS = (
     Goal("overhead", "added_ms_p50", "queue path adds to TTFT (p50, ms)", "<=", 3),
     Goal("overhead", "added_itl_ms_p50", "queue path adds per token (p50, ms)", "<=", 0.3),
@@ -146,9 +138,11 @@ def run_report(
     quick: bool = False,
     tier: Tier = Tier.SMALL,
     benches: Sequence[str] | None = None,
+    run: BenchRunner | None = None,
     progress: Callable[[str], None] = print,
 ) -> Path:
-    """Run what is missing in ``out``, then write ``out/report.html``; return its path.
+    """Run what is missing in ``out`` (with ``run``), then write ``out/report.html``;
+    return its path.
 
     A benchmark that fails is noted on the page and in ``<bench>.error.txt``; the
     others still run.
@@ -158,7 +152,7 @@ def run_report(
     out.mkdir(parents=True, exist_ok=True)
     names = list(benches or (tuple(QUICK) if quick else FULL_SUITE))
     with shared_starts() if quick else contextlib.nullcontext():
-        _run_missing(settings, names, out=out, quick=quick, tier=tier, progress=progress)
+        _run_missing(settings, names, out=out, quick=quick, tier=tier, run=run, progress=progress)
     page = build_report(out, machine=machine_details(settings, tier))
     progress(f"report: {page}")
     return page
@@ -171,6 +165,7 @@ def _run_missing(
     out: Path,
     quick: bool,
     tier: Tier,
+    run: BenchRunner | None,
     progress: Callable[[str], None],
 ) -> None:
     from bench.harness import release_held
@@ -185,7 +180,7 @@ def _run_missing(
             release_held()  # it starts engines of its own
         started = time.monotonic()
         try:
-            result = run_one(settings, name, quick=quick, tier=tier)
+            result = run_one(settings, name, quick=quick, tier=tier, run=run)
         except Exception as exc:  # noqa: BLE001 - one broken bench must not stop the page
             (out / f"{name}.error.txt").write_text(traceback.format_exc())
             progress(f"[{index}/{len(names)}] {name}: failed ({exc.__class__.__name__}: {exc})")
@@ -195,20 +190,13 @@ def _run_missing(
         progress(f"[{index}/{len(names)}] {name}: done in {time.monotonic() - started:.0f} s")
 
 
-def run_one(settings: Settings, name: str, *, quick: bool, tier: Tier) -> Result:
-    """One benchmark of the table in ``bench.cli``, with its defaults (smaller if quick)."""
-    from bench.cli import BENCHES
-
-    (entry,) = [b for b in BENCHES if b.name == name]
-    values: dict[str, Any] = {}
-    for option in entry.options:
-        key = option.dest or option.flags[-1].removeprefix("--").replace("-", "_")
-        values[key] = option.default
-    if quick:
-        values.update(QUICK.get(name, {}))
-    if entry.on_engine:
-        values["tier"] = tier
-    return entry.runner()(settings, values)
+def run_one(
+    settings: Settings, name: str, *, quick: bool, tier: Tier, run: BenchRunner | None
+) -> Result:
+    """One benchmark, by ``run``, with its defaults (smaller if quick)."""
+    if run is None:
+        raise RuntimeError("no benchmark table to run from: use llmq bench report")
+    return run(settings, name, dict(QUICK.get(name, {})) if quick else {}, tier)
 
 
 def machine_details(settings: Settings, tier: Tier) -> dict[str, str]:
@@ -389,8 +377,9 @@ window.addEventListener("load", () => {{
 """
 
 
-def register_report(bench_commands: Any) -> None:
-    """Add ``llmq bench report [--out DIR] [--quick] [--tier T] [--only A,B]``."""
+def register_report(bench_commands: Any, run: BenchRunner) -> None:
+    """Add ``llmq bench report [--out DIR] [--quick] [--tier T] [--only A,B]``, which
+    runs each benchmark with ``run``."""
     parser = bench_commands.add_parser(
         "report",
         help="run the suite (or reuse DIR's JSON) and write DIR/report.html with plots",
@@ -409,10 +398,10 @@ def register_report(bench_commands: Any) -> None:
     parser.add_argument(
         "--no-run", action="store_true", help="draw from the JSON already in DIR; run nothing"
     )
-    parser.set_defaults(handler=_handle)
+    parser.set_defaults(handler=partial(_handle, run=run))
 
 
-def _handle(args: Any) -> int:
+def _handle(args: Any, *, run: BenchRunner) -> int:
     out: Path = args.out
     if args.no_run:
         print(build_report(out))
@@ -423,5 +412,6 @@ def _handle(args: Any) -> int:
         quick=args.quick,
         tier=Tier(args.tier),
         benches=args.only.split(",") if args.only else None,
+        run=run,
     )
     return 0

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
 
-from bench.report import FAULT_ZERO_KEYS
+from bench.fault_counts import FAULT_ZERO_KEYS
 
 Result = dict[str, Any]
 DPI = 100

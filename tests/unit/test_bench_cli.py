@@ -17,6 +17,7 @@ from bench.faults import FaultPlan
 from bench.peer import PeerPlan
 from producer.cli import build_parser, main
 from schemas.queues import Tier
+from schemas.settings import Settings
 
 NAMES = [entry.name for entry in cli.BENCHES]
 PLAIN = [entry for entry in cli.BENCHES if isinstance(entry.run, str)]
@@ -186,3 +187,20 @@ def test_alternating_pairs_run_the_second_side_first_in_odd_rounds(
     a, b = harness.paired_samples(side("a", 0.0), side("b", 100.0), samples=2, alternate=True)
     assert calls == ["a0", "b0", "b1", "a1", "a2", "b2", "b3", "a3", "a4", "b4"]
     assert a == [3.0, 4.0] and b == [103.0, 104.0]
+
+
+def test_the_report_runs_a_bench_with_its_defaults_and_the_values_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import bench.warm
+
+    seen: dict[str, Any] = {}
+
+    def fake(settings: object, **values: Any) -> dict[str, Any]:
+        seen.update(values)
+        return {"bench": "warm"}
+
+    monkeypatch.setattr(bench.warm, "run_warm", fake)
+    result = cli.run_with_defaults(Settings(), "warm", {"max_tokens": 3}, Tier.LARGE)
+    assert result == {"bench": "warm"}
+    assert seen == {"prompt": "support", "max_tokens": 3, "tier": Tier.LARGE}
