@@ -28,7 +28,7 @@ from bench.fuzz_values import (
     random_text,
 )
 from bench.queue_fuzz import random_queue_payload
-from producer.gateway.openai_models import ChatCompletionRequest
+from producer.gateway.protocol.chat import ChatCompletionRequest
 from producer.submission import RequestLike, parse_request
 from schemas.errors import LlmqError
 
