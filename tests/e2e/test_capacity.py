@@ -160,8 +160,14 @@ def running_batch(settings: Settings) -> int:
 
 
 def most_at_once(settings: Settings, job_ids: list[str]) -> int:
-    """The most of these jobs that ran at the same moment, from their rows' times."""
+    """The most of these jobs that ran at the same moment, from their rows' times.
+
+    A job that gave way and was cancelled back in its queue is left out: giving way
+    hands its attempt back (0 attempts) and leaves the row's start as it was, so its
+    start and end would span the time it waited in the queue.
+    """
     rows = [job_row(settings.database_url, job_id) for job_id in job_ids]
+    rows = [row for row in rows if row.attempts > 0]
     edges = sorted(
         [(row.started_at, 1) for row in rows if row.started_at and row.finished_at]
         + [(row.finished_at, -1) for row in rows if row.started_at and row.finished_at]
