@@ -34,7 +34,7 @@ from schemas.percentiles import median, percentile
 from schemas.queues import Priority, Tier, queue_name
 from schemas.settings import Settings
 from schemas.tables import Job, utcnow
-from workers.shares import slot_shares
+from workers.scheduler.slots import slot_shares
 
 MIN_P99_SAMPLES = 100
 ARRIVAL_JITTER_S = 0.25
@@ -326,7 +326,7 @@ def _queue_path_fields(side: str, samples: SideSamples) -> dict[str, float | Non
 
 def _worker_fields(rig: Rig) -> dict[str, Any]:
     """What the worker measured of its engine, and the batch share it chose from that
-    (``workers.shares``): 0 batch slots while people wait means batch pauses."""
+    (``workers.scheduler.slots``): 0 batch slots while people wait means batch pauses."""
     client = redis_client(rig.settings.broker_url)
     try:
         workers = [w for w in live_workers(client) if w.tier == rig.tier]

@@ -462,7 +462,7 @@ def sampling_params(options: SamplingOptions) -> Any:
         logit_bias=extras.logit_bias,
         structured_outputs=structured_outputs(extras.structured),
         # Deltas for batch work too: its first token frees its prefill place
-        # (``workers.scheduler.prefills``); ``VllmEngine._pump`` holds its text.
+        # (``workers.scheduler``); ``VllmEngine._pump`` holds its text.
         output_kind=RequestOutputKind.DELTA,
     )
 
