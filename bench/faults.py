@@ -240,9 +240,11 @@ def poison_job(lab: Lab, client: Client, *, max_tokens: int) -> bool:
         worker_id = _running_attempt(lab, client, handle.job_id, attempt)
         lab.kill(worker_id)
         replacements.append(lab.start_worker())
-    # Every worker that met the job is dead: a replacement's reaper must find it.
+    # Every worker that met the job is dead: a replacement's reaper must find it. A
+    # replacement that took a later attempt was killed with it: only the others warm.
     for process in replacements:
-        lab.wait_warm(process)
+        if process.pid in lab.processes:
+            lab.wait_warm(process)
     deadline = time.monotonic() + 60.0
     status = JobStatus(lab.job(client, handle.job_id).status)
     while status is not JobStatus.DEAD_LETTER and time.monotonic() < deadline:
