@@ -99,12 +99,24 @@ def streamed_calls(sdk: openai.OpenAI, **fields: Any) -> tuple[dict[int, dict[st
 def test_a_forced_call_comes_back_as_a_tool_call_matching_the_schema(
     sdk: openai.OpenAI, choice: Any
 ) -> None:
-    reply = create(sdk, tool_choice=choice)
+    reply = create(sdk, tool_choice=choice, parallel_tool_calls=False)
     message = reply.choices[0].message
     assert reply.choices[0].finish_reason == "tool_calls"
     assert message.content is None
     [call] = message.tool_calls
     check_call(call, "get_weather" if choice == NAMED else None)
+
+
+def test_required_with_parallel_calls_answers_calls_that_each_match_their_schema(
+    sdk: openai.OpenAI,
+) -> None:
+    reply = create(sdk, tool_choice="required")  # parallel_tool_calls defaults to true
+    calls = reply.choices[0].message.tool_calls
+    assert reply.choices[0].finish_reason == "tool_calls"
+    assert calls
+    for call in calls:
+        check_call(call, None)
+    assert len({call.id for call in calls}) == len(calls)
 
 
 @pytest.mark.parametrize("choice", [NAMED, "required"], ids=["named", "required"])
