@@ -116,9 +116,12 @@ def test_closing_stops_the_background_reader(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr("producer.admission.WORKER_CACHE_S", 0.01)
     directory = WorkerDirectory(None)  # type: ignore[arg-type]
     directory.snapshot()
+    thread = directory._refresher
+    assert thread is not None
     directory.close()
-    time.sleep(0.1)
+    thread.join(timeout=10)  # a loaded host may take a while to run it: no fixed sleep
+    assert not thread.is_alive()
+    assert directory._refresher is None  # the thread ended and said so
     reads = len(registry.readers)
     time.sleep(0.1)
     assert len(registry.readers) == reads
-    assert directory._refresher is None  # the thread ended
