@@ -318,12 +318,14 @@ def probe_tools_named(api: Api) -> None:
     require(get(arguments, "city") in {"Paris", "Rome", "Berlin"}, f"arguments {arguments}")
 
 
-def probe_tools_required(api: Api) -> None:
+def _required_calls(api: Api, **fields: Any) -> list[Any]:
+    """The calls of a ``tool_choice: required`` answer, each checked."""
     body = api.chat(
         messages=WEATHER_QUESTION,
         max_tokens=64,
         tools=[WEATHER_TOOL, TIME_TOOL],
         tool_choice="required",
+        **fields,
     )
     [choice] = check_completion(body)
     require(choice["finish_reason"] == "tool_calls", f"finish_reason {choice['finish_reason']!r}")
@@ -331,20 +333,16 @@ def probe_tools_required(api: Api) -> None:
     require(isinstance(calls, list) and bool(calls), f"tool_calls {calls!r}")
     for call in calls:
         check_tool_call(call, {"get_weather", "get_time"})
+    return list(calls)
+
+
+def probe_tools_required(api: Api) -> None:
+    _required_calls(api)
 
 
 def probe_tools_one_call(api: Api) -> None:
-    body = api.chat(
-        messages=WEATHER_QUESTION,
-        max_tokens=64,
-        tools=[WEATHER_TOOL, TIME_TOOL],
-        tool_choice="required",
-        parallel_tool_calls=False,
-    )
-    [choice] = check_completion(body)
-    calls = get(choice["message"], "tool_calls")
-    require(isinstance(calls, list) and len(calls) == 1, f"tool_calls {calls!r}")
-    check_tool_call(calls[0], {"get_weather", "get_time"})
+    calls = _required_calls(api, parallel_tool_calls=False)
+    require(len(calls) == 1, f"tool_calls {calls!r}")
 
 
 def probe_tools_streamed(api: Api) -> None:
