@@ -18,6 +18,7 @@ from producer.gateway.protocol import chat as oai
 from producer.gateway.protocol.chat import ChatCompletionRequest
 from producer.gateway.protocol.text_completions import CompletionRequest, text_completion
 from producer.gateway.serving.chat import chat_choice_events
+from producer.gateway.serving.common import StreamRead
 from producer.gateway.serving.text_completions import completion_sse_events
 from producer.handles import result_from_terminal
 from producer.jobs import terminal_event_from_row
@@ -206,17 +207,20 @@ def _read(stream: Any) -> list[tuple[str | None, Any]]:
     return out
 
 
+def _read_options(from_seq: int, *, include_usage: bool) -> StreamRead:
+    return StreamRead(
+        model="small",
+        from_seq=from_seq,
+        include_usage=include_usage,
+        metrics=GatewayMetrics(),
+        started=0.0,
+        timeout=1.0,
+    )
+
+
 def _chat(from_seq: int = 0) -> list[tuple[str | None, Any]]:
     return _read(
-        chat_choice_events(
-            cast(Any, _Handle(TWO)),
-            model="small",
-            from_seq=from_seq,
-            include_usage=True,
-            metrics=GatewayMetrics(),
-            started=0.0,
-            timeout=1.0,
-        )
+        chat_choice_events(cast(Any, _Handle(TWO)), _read_options(from_seq, include_usage=True))
     )
 
 
@@ -262,14 +266,7 @@ def test_a_text_stream_of_two_choices_counts_offsets_per_choice() -> None:
     ]
     out = _read(
         completion_sse_events(
-            cast(Any, _Handle(events)),
-            model="small",
-            from_seq=0,
-            logprobs=0,
-            include_usage=False,
-            metrics=GatewayMetrics(),
-            started=0.0,
-            timeout=1.0,
+            cast(Any, _Handle(events)), _read_options(0, include_usage=False), logprobs=0
         )
     )
     pieces = [body["choices"][0] for _, body in out[:-1]]

@@ -21,6 +21,7 @@ from producer.gateway.protocol.text_completions import (
     text_chunk,
     text_completion,
 )
+from producer.gateway.serving.common import StreamRead
 from producer.gateway.serving.text_completions import completion_sse_events
 from producer.submission import parse_request, request_hash
 from schemas.events import (
@@ -240,13 +241,16 @@ class _Handle:
 
 def _stream(events: list[AnyEvent], **options: Any) -> list[Any]:
     async def read() -> list[bytes]:
-        chunks = completion_sse_events(
-            cast(Any, _Handle(events)),
+        read = StreamRead(
             model="small",
+            from_seq=options.get("from_seq", 0),
+            include_usage=options.get("include_usage", False),
             metrics=GatewayMetrics(),
             started=0.0,
             timeout=1.0,
-            **{"from_seq": 0, "logprobs": None, "include_usage": False, **options},
+        )
+        chunks = completion_sse_events(
+            cast(Any, _Handle(events)), read, logprobs=options.get("logprobs")
         )
         return [chunk async for chunk in chunks]
 

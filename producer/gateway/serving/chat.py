@@ -4,14 +4,11 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from functools import partial
 from typing import Any
 
 from producer.aio import AsyncJobHandle
-from producer.gateway.context import RESULT_TIMEOUT_S
-from producer.gateway.metrics import GatewayMetrics
 from producer.gateway.protocol.chat import (
     ChatCompletionRequest,
     answer_message,
@@ -19,18 +16,18 @@ from producer.gateway.protocol.chat import (
     completion,
     tool_call_deltas,
 )
-from producer.gateway.protocol.common import SSE_DONE, sse_event
 from producer.gateway.serving.choice_stream import choice_sse_events
 from producer.gateway.serving.common import (
     Answer,
     CallOptions,
     JobServing,
-    WholeAnswer,
-    check_model,
-    error_chunk,
+    StreamRead,
+    answer_fields,
+    job_sse_events,
 )
-from schemas.errors import LlmqError, job_ended
-from schemas.events import ErrorEvent, FinalEvent, TokenEvent, Usage
+from schemas.events import AnyEvent, FinalEvent, TokenEvent, Usage
+from schemas.jobs import JobResult
+from schemas.settings import Settings
 from schemas.tools import ToolCall, ToolUse, call_id, may_become_call
 
 
@@ -49,110 +46,70 @@ class ChatServing:
         Raises ``GatewayError`` (404 for an unknown model, and what opening the job
         raises), ``InvalidRequest`` past the settings' bounds, and the client's errors.
         """
-        gateway = self.jobs.gateway
-        settings = gateway.settings
-        check_model(body.model, settings)
-        body.check_bounds(
-            max_messages=settings.max_messages, max_message_chars=settings.max_message_chars
+        # Several choices stream each apart (choice_stream); a tool answer is one.
+        events = (
+            chat_choice_events if body.n > 1 else partial(chat_sse_events, tool_use=body.tool_use())
         )
-        opened = await self.jobs.open_job(
-            call, stream=body.stream, request=body.to_llmq, tier=body.model, priority=body.priority
-        )
-        if body.stream:
-            # Several choices stream each apart (choice_stream); a tool answer is one.
-            stream = (
-                chat_choice_events
-                if body.n > 1
-                else partial(chat_sse_events, tool_use=body.tool_use())
+
+        def whole(result: JobResult) -> dict[str, Any]:
+            return completion(
+                **answer_fields(result, body.model),
+                logprobs=(result.logprobs or []) if body.logprobs else None,
+                tool_use=body.tool_use(),
             )
-            events = stream(
-                opened.handle,
-                model=body.model,
-                from_seq=opened.from_seq,
-                include_usage=bool(body.stream_options and body.stream_options.include_usage),
-                metrics=gateway.metrics,
-                started=started,
-                timeout=RESULT_TIMEOUT_S,
+
+        def check_bounds(settings: Settings) -> None:
+            body.check_bounds(
+                max_messages=settings.max_messages, max_message_chars=settings.max_message_chars
             )
-            return self.jobs.streamed(opened, events)
-        result = await self.jobs.whole(opened.handle, body.model)
-        answer = completion(
-            job_id=result.job_id,
-            model=body.model,
-            text=result.text,
-            finish_reason=result.finish_reason,
-            usage=result.usage,
-            timings=result.timings,
-            tier=result.tier.value,
-            logprobs=(result.logprobs or []) if body.logprobs else None,
-            tool_use=body.tool_use(),
-            choices=result.choices,
+
+        return await self.jobs.answer(
+            body, call, started=started, check_bounds=check_bounds, events=events, whole=whole
         )
-        return WholeAnswer(opened.handle, answer)
 
 
-async def chat_sse_events(
-    handle: AsyncJobHandle,
-    *,
-    model: str,
-    from_seq: int,
-    include_usage: bool,
-    metrics: GatewayMetrics,
-    started: float,
-    timeout: float,
-    tool_use: ToolUse | None = None,
+def chat_sse_events(
+    handle: AsyncJobHandle, read: StreamRead, *, tool_use: ToolUse | None = None
 ) -> AsyncIterator[bytes]:
-    """Chunks from ``from_seq`` on, then ``[DONE]``; each SSE id is ``<job id>.<seq>``.
+    """Chunks from ``read.from_seq`` on, then ``[DONE]``; each SSE id is
+    ``<job id>.<seq>``.
 
     With ``tool_use``, the answer's calls go out as ``delta.tool_calls`` (``ToolStream``).
     """
     job_id = handle.job_id
-    first = from_seq == 0
-    role_pending = first
-    tools = ToolStream(tool_use, job_id, resumed=not first) if tool_use is not None else None
-    status = "200"
-    try:
-        async for event in handle.events(from_seq=from_seq, timeout=timeout):
-            event_id = f"{job_id}.{event.seq}"
-            if isinstance(event, TokenEvent):
-                if first:
-                    metrics.ttft.labels(model).observe(time.perf_counter() - started)
-                    first = False
-                delta: dict[str, Any] | None = {"content": event.text}
-                if tools is not None:
-                    delta = tools.on_token(event.text)
-                if delta is None:
-                    continue  # held: it may be part of a call
-                delta, role_pending = _opening(delta, role_pending), False
-                logprobs = event.logprobs if tools is None or tools.streams_tokens else None
-                piece = chunk(job_id=job_id, model=model, delta=delta, logprobs=logprobs)
-                yield sse_event(event_id, piece)
-            elif isinstance(event, FinalEvent):
-                rest, reason = (
-                    tools.on_final(event.text, event.finish_reason)
-                    if tools is not None
-                    else (None, event.finish_reason or "stop")
-                )
-                if rest is not None:
-                    rest, role_pending = _opening(rest, role_pending), False
-                    yield sse_event(event_id, chunk(job_id=job_id, model=model, delta=rest))
-                yield sse_event(
-                    event_id,
-                    chunk(job_id=job_id, model=model, delta={}, finish_reason=reason),
-                )
-                if include_usage:
-                    usage = chunk(job_id=job_id, model=model, delta={}, usage=event.usage)
-                    yield sse_event(event_id, usage)
-            elif isinstance(event, ErrorEvent):
-                ended = job_ended(job_id, event.message, event.status)
-                status, error = error_chunk(ended, message=event.message)
-                yield sse_event(event_id, error)
-    except LlmqError as exc:
-        status, error = error_chunk(exc)
-        yield sse_event(None, error)
-    finally:
-        metrics.requests.labels(model, status).inc()
-    yield SSE_DONE
+    model = read.model
+    resumed = read.from_seq != 0
+    role_pending = not resumed
+    tools = ToolStream(tool_use, job_id, resumed=resumed) if tool_use is not None else None
+
+    def chunks(event: AnyEvent, _send: bool) -> list[dict[str, Any]]:
+        nonlocal role_pending
+        if isinstance(event, TokenEvent):
+            delta: dict[str, Any] | None = {"content": event.text}
+            if tools is not None:
+                delta = tools.on_token(event.text)
+            if delta is None:
+                return []  # held: it may be part of a call
+            delta, role_pending = _opening(delta, role_pending), False
+            logprobs = event.logprobs if tools is None or tools.streams_tokens else None
+            return [chunk(job_id=job_id, model=model, delta=delta, logprobs=logprobs)]
+        if not isinstance(event, FinalEvent):
+            return []
+        rest, reason = (
+            tools.on_final(event.text, event.finish_reason)
+            if tools is not None
+            else (None, event.finish_reason or "stop")
+        )
+        out = []
+        if rest is not None:
+            rest, role_pending = _opening(rest, role_pending), False
+            out.append(chunk(job_id=job_id, model=model, delta=rest))
+        out.append(chunk(job_id=job_id, model=model, delta={}, finish_reason=reason))
+        if read.include_usage:
+            out.append(chunk(job_id=job_id, model=model, delta={}, usage=event.usage))
+        return out
+
+    return job_sse_events(handle, read, read_from=read.from_seq, chunks=chunks)
 
 
 def _opening(delta: dict[str, Any], first: bool) -> dict[str, Any]:
@@ -218,18 +175,10 @@ class ToolStream:
         return {"content": message["content"], "tool_calls": tool_call_deltas(calls)}, reason
 
 
-def chat_choice_events(
-    handle: AsyncJobHandle,
-    *,
-    model: str,
-    from_seq: int,
-    include_usage: bool,
-    metrics: GatewayMetrics,
-    started: float,
-    timeout: float,
-) -> AsyncIterator[bytes]:
+def chat_choice_events(handle: AsyncJobHandle, read: StreamRead) -> AsyncIterator[bytes]:
     """A chat completion of several choices as ``chat.completion.chunk`` events."""
     job_id = handle.job_id
+    model = read.model
 
     def piece(event: TokenEvent, _before: int, opening: bool) -> dict[str, Any]:
         delta: dict[str, Any] = {"content": event.text}
@@ -245,15 +194,4 @@ def chat_choice_events(
     def usage_chunk(usage: Usage) -> dict[str, Any]:
         return chunk(job_id=job_id, model=model, delta={}, usage=usage)
 
-    return choice_sse_events(
-        handle,
-        model=model,
-        from_seq=from_seq,
-        include_usage=include_usage,
-        metrics=metrics,
-        started=started,
-        timeout=timeout,
-        piece=piece,
-        finish=finish,
-        usage_chunk=usage_chunk,
-    )
+    return choice_sse_events(handle, read, piece=piece, finish=finish, usage_chunk=usage_chunk)

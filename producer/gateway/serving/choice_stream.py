@@ -8,16 +8,12 @@ out) is then known however far on a client resumes.
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from producer.aio import AsyncJobHandle
-from producer.gateway.metrics import GatewayMetrics
-from producer.gateway.protocol.common import SSE_DONE, sse_event
-from producer.gateway.serving.common import error_chunk
-from schemas.errors import LlmqError, job_ended
-from schemas.events import ErrorEvent, FinalEvent, TokenEvent, Usage
+from producer.gateway.serving.common import StreamRead, job_sse_events
+from schemas.events import AnyEvent, FinalEvent, TokenEvent, Usage
 
 Piece = Callable[[TokenEvent, int, bool], dict[str, Any]]
 """A token event's chunk, given the characters of its choice before it and whether it
@@ -27,56 +23,32 @@ Finish = Callable[[int, str], dict[str, Any]]
 UsageChunk = Callable[[Usage], dict[str, Any]]
 
 
-async def choice_sse_events(
+def choice_sse_events(
     handle: AsyncJobHandle,
+    read: StreamRead,
     *,
-    model: str,
-    from_seq: int,
-    include_usage: bool,
-    metrics: GatewayMetrics,
-    started: float,
-    timeout: float,
     piece: Piece,
     finish: Finish,
     usage_chunk: UsageChunk,
 ) -> AsyncIterator[bytes]:
-    """Chunks from ``from_seq`` on, then ``[DONE]``; each SSE id is ``<job id>.<seq>``.
+    """Chunks from ``read.from_seq`` on, then ``[DONE]``; each SSE id is
+    ``<job id>.<seq>``.
 
     A choice ends with its own finish chunk: at its last token event where the job has
     several (the event carries its finish reason), else at the final event.
     """
-    job_id = handle.job_id
     seen = _Seen()
-    first = from_seq == 0
-    status = "200"
-    try:
-        async for event in handle.events(from_seq=0, timeout=timeout):
-            event_id = f"{job_id}.{event.seq}"
-            send = event.seq >= from_seq
-            if isinstance(event, TokenEvent):
-                before, opening = seen.token(event)
-                if send and first:
-                    metrics.ttft.labels(model).observe(time.perf_counter() - started)
-                    first = False
-                for payload in _token_chunks(event, before, opening, piece, finish, send=send):
-                    yield sse_event(event_id, payload)
-            elif not send:
-                continue
-            elif isinstance(event, FinalEvent):
-                for index, reason in _unended(event, seen.ended):
-                    yield sse_event(event_id, finish(index, reason))
-                if include_usage:
-                    yield sse_event(event_id, usage_chunk(event.usage))
-            elif isinstance(event, ErrorEvent):
-                ended = job_ended(job_id, event.message, event.status)
-                status, error = error_chunk(ended, message=event.message)
-                yield sse_event(event_id, error)
-    except LlmqError as exc:
-        status, error = error_chunk(exc)
-        yield sse_event(None, error)
-    finally:
-        metrics.requests.labels(model, status).inc()
-    yield SSE_DONE
+
+    def chunks(event: AnyEvent, send: bool) -> list[dict[str, Any]]:
+        if isinstance(event, TokenEvent):
+            before, opening = seen.token(event)
+            return _token_chunks(event, before, opening, piece, finish, send=send)
+        if not send or not isinstance(event, FinalEvent):
+            return []
+        ends = [finish(index, reason) for index, reason in _unended(event, seen.ended)]
+        return [*ends, usage_chunk(event.usage)] if read.include_usage else ends
+
+    return job_sse_events(handle, read, read_from=0, chunks=chunks)
 
 
 class _Seen:

@@ -1,6 +1,7 @@
 """What chat and text completions share in serving a call: the model check, the call's
 job (a new one, or the one a resumed stream names) with the stream slot it holds, the
-answer whole or as a stream, and the error chunk a stream ends with.
+answer whole or as a stream, the reading of a job's stream as SSE events, and the error
+chunk a stream ends with.
 
 Every call becomes a durable llmq job owned by the calling API key; the stream is the
 job's event stream, each event's SSE id ``<job id>.<seq>``, so a client that
@@ -9,18 +10,21 @@ reconnects with ``Last-Event-ID`` resumes it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Awaitable, Callable
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from producer.aio import AsyncJobHandle
 from producer.gateway.context import RESULT_TIMEOUT_S, GatewayContext
 from producer.gateway.errors import BAD_REQUEST, MODEL_NOT_FOUND, GatewayError, http_error_for
 from producer.gateway.keys import KeyIdentity
-from producer.gateway.protocol.common import error_body
+from producer.gateway.metrics import GatewayMetrics
+from producer.gateway.protocol.common import SSE_DONE, StreamOptions, error_body, sse_event
 from producer.jobs import routed_tier_of
-from schemas.errors import LlmqError
+from schemas.errors import LlmqError, job_ended
+from schemas.events import AnyEvent, ErrorEvent, TokenEvent
 from schemas.jobs import JobResult
 from schemas.queues import Priority, Tier
 from schemas.settings import Settings
@@ -63,6 +67,40 @@ class WholeAnswer:
 
 
 Answer = StreamedAnswer | WholeAnswer
+
+
+class ServedRequest(Protocol):
+    """What serving reads of a chat or text completion request's body."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def stream(self) -> bool: ...
+    @property
+    def stream_options(self) -> StreamOptions | None: ...
+    @property
+    def priority(self) -> str | None: ...
+    def to_llmq(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class StreamRead:
+    """How a call reads its job's stream."""
+
+    model: str
+    """The model the call asked for, the metrics' label."""
+    from_seq: int
+    """The first sequence number to send (past the resume point; 0 for a new job)."""
+    include_usage: bool
+    """Whether a usage chunk follows the answer (``stream_options.include_usage``)."""
+    metrics: GatewayMetrics
+    started: float
+    """When the call arrived (a ``time.perf_counter()``), for the first-token metric."""
+    timeout: float
+
+
+EventStream = Callable[[AsyncJobHandle, StreamRead], AsyncIterator[bytes]]
+"""A job's stream as SSE events."""
 
 
 @dataclass(frozen=True)
@@ -156,6 +194,43 @@ class JobServing:
             subscribe=True,
         )
 
+    async def answer(
+        self,
+        body: ServedRequest,
+        call: CallOptions,
+        *,
+        started: float,
+        check_bounds: Callable[[Settings], None],
+        events: EventStream,
+        whole: Callable[[JobResult], dict[str, Any]],
+    ) -> Answer:
+        """The call's answer: its model checked, then its body (``check_bounds`` against
+        the settings), then its job opened (``open_job``); its stream as ``events`` when
+        the body asks for one, else its whole result as the body ``whole`` makes of it.
+        ``started`` (a ``time.perf_counter()``) is when the call arrived, for the
+        first-token metric.
+
+        Raises ``GatewayError`` (404 for an unknown model, and what ``open_job``
+        raises), what ``check_bounds`` raises, and the client's errors.
+        """
+        check_model(body.model, self.gateway.settings)
+        check_bounds(self.gateway.settings)
+        opened = await self.open_job(
+            call, stream=body.stream, request=body.to_llmq, tier=body.model, priority=body.priority
+        )
+        if body.stream:
+            read = StreamRead(
+                model=body.model,
+                from_seq=opened.from_seq,
+                include_usage=bool(body.stream_options and body.stream_options.include_usage),
+                metrics=self.gateway.metrics,
+                started=started,
+                timeout=RESULT_TIMEOUT_S,
+            )
+            return self.streamed(opened, events(opened.handle, read))
+        result = await self.whole(opened.handle, body.model)
+        return WholeAnswer(opened.handle, whole(result))
+
     @staticmethod
     def streamed(opened: OpenedJob, events: AsyncIterable[bytes]) -> StreamedAnswer:
         """The job's stream; its release closes the handle and frees the stream slot."""
@@ -180,6 +255,62 @@ async def _after_stream(handle: AsyncJobHandle, release_slot: Release | None) ->
     finally:
         if release_slot is not None:
             await release_slot()
+
+
+def answer_fields(result: JobResult, model: str) -> dict[str, Any]:
+    """What a whole answer (``chat.completion`` or ``text_completion``) says of the job's
+    result, under the model the call asked for."""
+    return {
+        "job_id": result.job_id,
+        "model": model,
+        "text": result.text,
+        "finish_reason": result.finish_reason,
+        "usage": result.usage,
+        "timings": result.timings,
+        "tier": result.tier.value,
+        "choices": result.choices,
+    }
+
+
+EventChunks = Callable[[AnyEvent, bool], Iterable[dict[str, Any]]]
+"""The chunks a token or final event sends, given whether it is past the resume point
+(an event before it may still count, as a choice's characters do)."""
+
+
+async def job_sse_events(
+    handle: AsyncJobHandle, read: StreamRead, *, read_from: int, chunks: EventChunks
+) -> AsyncIterator[bytes]:
+    """Chunks from ``read.from_seq`` on, then ``[DONE]``; each SSE id is ``<job id>.<seq>``.
+
+    The job's events are read from ``read_from`` (at most ``read.from_seq``); ``chunks``
+    says what each event sends, but an error event (past the resume point) sends the
+    error chunk, as a client error ends the stream with one. The first token sent is
+    timed, and the call counted under the status it ended with, however it ends.
+    """
+    job_id = handle.job_id
+    first = read.from_seq == 0
+    status = "200"
+    try:
+        async for event in handle.events(from_seq=read_from, timeout=read.timeout):
+            event_id = f"{job_id}.{event.seq}"
+            send = event.seq >= read.from_seq
+            if isinstance(event, ErrorEvent):
+                if send:
+                    ended = job_ended(job_id, event.message, event.status)
+                    status, error = error_chunk(ended, message=event.message)
+                    yield sse_event(event_id, error)
+                continue
+            if send and first and isinstance(event, TokenEvent):
+                read.metrics.ttft.labels(read.model).observe(time.perf_counter() - read.started)
+                first = False
+            for payload in chunks(event, send):
+                yield sse_event(event_id, payload)
+    except LlmqError as exc:
+        status, error = error_chunk(exc)
+        yield sse_event(None, error)
+    finally:
+        read.metrics.requests.labels(read.model, status).inc()
+    yield SSE_DONE
 
 
 def resume_point(last_event_id: str | None) -> tuple[str, int] | None:

@@ -6,11 +6,10 @@ resume)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 from producer.aio import AsyncJobHandle
-from producer.gateway.context import RESULT_TIMEOUT_S
-from producer.gateway.metrics import GatewayMetrics
 from producer.gateway.protocol.text_completions import (
     CompletionRequest,
     legacy_logprobs,
@@ -22,10 +21,12 @@ from producer.gateway.serving.common import (
     Answer,
     CallOptions,
     JobServing,
-    WholeAnswer,
-    check_model,
+    StreamRead,
+    answer_fields,
 )
 from schemas.events import TokenEvent, Usage
+from schemas.jobs import JobResult
+from schemas.settings import Settings
 
 
 class TextCompletionServing:
@@ -43,57 +44,35 @@ class TextCompletionServing:
         raises), ``InvalidRequest`` for a prompt past the settings' bound, and the
         client's errors.
         """
-        gateway = self.jobs.gateway
-        check_model(body.model, gateway.settings)
-        body.check_bounds(max_message_chars=gateway.settings.max_message_chars)
-        opened = await self.jobs.open_job(
-            call, stream=body.stream, request=body.to_llmq, tier=body.model, priority=body.priority
-        )
-        if body.stream:
-            events = completion_sse_events(
-                opened.handle,
-                model=body.model,
-                from_seq=opened.from_seq,
+
+        def whole(result: JobResult) -> dict[str, Any]:
+            return text_completion(
+                **answer_fields(result, body.model),
                 logprobs=body.logprobs,
-                include_usage=bool(body.stream_options and body.stream_options.include_usage),
-                metrics=gateway.metrics,
-                started=started,
-                timeout=RESULT_TIMEOUT_S,
+                tokens=result.logprobs or [],
             )
-            return self.jobs.streamed(opened, events)
-        result = await self.jobs.whole(opened.handle, body.model)
-        answer = text_completion(
-            job_id=result.job_id,
-            model=body.model,
-            text=result.text,
-            finish_reason=result.finish_reason,
-            usage=result.usage,
-            timings=result.timings,
-            tier=result.tier.value,
-            logprobs=body.logprobs,
-            tokens=result.logprobs or [],
-            choices=result.choices,
+
+        events = partial(completion_sse_events, logprobs=body.logprobs)
+
+        def check_bounds(settings: Settings) -> None:
+            body.check_bounds(max_message_chars=settings.max_message_chars)
+
+        return await self.jobs.answer(
+            body, call, started=started, check_bounds=check_bounds, events=events, whole=whole
         )
-        return WholeAnswer(opened.handle, answer)
 
 
 def completion_sse_events(
-    handle: AsyncJobHandle,
-    *,
-    model: str,
-    from_seq: int,
-    logprobs: int | None,
-    include_usage: bool,
-    metrics: GatewayMetrics,
-    started: float,
-    timeout: float,
+    handle: AsyncJobHandle, read: StreamRead, *, logprobs: int | None
 ) -> AsyncIterator[bytes]:
-    """Chunks from ``from_seq`` on, then ``[DONE]``; each SSE id is ``<job id>.<seq>``.
+    """Chunks from ``read.from_seq`` on, then ``[DONE]``; each SSE id is
+    ``<job id>.<seq>``.
 
     Each token's ``text_offset`` (with ``logprobs``) counts its choice's text before
     it, in a resumed stream too.
     """
     job_id = handle.job_id
+    model = read.model
 
     def piece(event: TokenEvent, before: int, _opening: bool) -> dict[str, Any]:
         block = None
@@ -109,15 +88,4 @@ def completion_sse_events(
     def usage_chunk(usage: Usage) -> dict[str, Any]:
         return text_chunk(job_id=job_id, model=model, usage=usage)
 
-    return choice_sse_events(
-        handle,
-        model=model,
-        from_seq=from_seq,
-        include_usage=include_usage,
-        metrics=metrics,
-        started=started,
-        timeout=timeout,
-        piece=piece,
-        finish=finish,
-        usage_chunk=usage_chunk,
-    )
+    return choice_sse_events(handle, read, piece=piece, finish=finish, usage_chunk=usage_chunk)
