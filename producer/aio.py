@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from typing_extensions import Unpack
 
 from producer.client import Client, SubmitOptions
+from producer.embeddings import EmbedInput
 from producer.handles import HandleCore, with_logprobs
 from producer.jobs import new_job_id
 from producer.pubsub_pool import PubSub, PubSubPool
@@ -80,6 +81,30 @@ class AsyncClient:
             early=early,
             routed_tier=handle.routed_tier,
         )
+
+    async def submit_embeddings(
+        self,
+        texts: EmbedInput,
+        *,
+        priority: Priority | str = Priority.INTERACTIVE,
+        idempotency_key: str | None = None,
+        owner: str | None = None,
+        require_warm_worker: bool = False,
+        deadline_s: float | None = None,
+    ) -> AsyncJobHandle:
+        """See :meth:`producer.client.Client.submit_embeddings`."""
+        handle = await asyncio.to_thread(
+            partial(
+                self._sync.submit_embeddings,
+                texts,
+                priority=priority,
+                idempotency_key=idempotency_key,
+                owner=owner,
+                require_warm_worker=require_warm_worker,
+                deadline_s=deadline_s,
+            )
+        )
+        return AsyncJobHandle(self, handle.job_id, handle.tier, handle.priority)
 
     async def give_back(self, early: PubSub, job_id: str) -> None:
         """Return a subscription to ``job_id``'s stream that will not be read."""

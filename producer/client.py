@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from producer.admission import WorkerDirectory
 from producer.conversations import with_conversation
+from producer.embeddings import EmbedInput, prepare_embeddings, record_and_enqueue
 from producer.enqueue import Enqueuer
 from producer.handles import HandleCore, with_logprobs
 from producer.jobs import (
@@ -257,6 +258,39 @@ class Client:
         return JobHandle(
             self, job.id, Tier(job.tier), Priority(job.priority), routed_tier=routed_tier_of(job)
         )
+
+    def submit_embeddings(
+        self,
+        texts: EmbedInput,
+        *,
+        priority: Priority | str = Priority.INTERACTIVE,
+        idempotency_key: str | None = None,
+        owner: str | None = None,
+        require_warm_worker: bool = False,
+        deadline_s: float | None = None,
+        job_id: str | None = None,
+    ) -> JobHandle:
+        """Enqueue an embedding job for ``texts`` (one text or a list) on the embedding
+        tier; return at once with a handle whose result ``producer.embeddings.vectors_of``
+        reads. Options mean what they mean for :meth:`submit`. Raises ``InvalidRequest``,
+        ``IdempotencyConflict``, ``QueueFull``, ``NoWarmWorker``, ``BrokerUnavailable``
+        or ``DatabaseUnavailable``."""
+        submission = prepare_embeddings(
+            texts,
+            priority=str(priority),
+            idempotency_key=idempotency_key,
+            owner=owner,
+            deadline_s=deadline_s,
+        )
+        job = record_and_enqueue(
+            submission,
+            sessions=self._sessions,
+            enqueuer=self._enqueuer,
+            workers=self._workers,
+            require_warm_worker=require_warm_worker,
+            job_id=job_id,
+        )
+        return JobHandle(self, job.id, Tier(job.tier), Priority(job.priority))
 
     def _message_first(self, submission: Submission, job_id: str | None) -> JobMessage | None:
         """The job's message, when it may be sent before its row is written: a new job

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from schemas.boundary import DATABASE_ERRORS, database_boundary, database_error
 from schemas.db import job_row_exists, one_statement
 from schemas.db_clock import db_now
+from schemas.embeddings import EmbeddingRequest
 from schemas.errors import IdempotencyConflict, InvalidRequest, JobNotFound
 from schemas.events import ChoiceOutput, FinalEvent, TerminalEvent, Timings, Usage, error_event
 from schemas.jobs import CANCELLED_MESSAGE, JobStatus, could_be_job_id
@@ -45,7 +46,7 @@ _JOB_ID_FORM = re.compile(r"[0-9a-f]{32}")
 def insert_job(
     sessions: sessionmaker[Session],
     *,
-    request: GenerationRequest,
+    request: GenerationRequest | EmbeddingRequest,
     decision: RoutingDecision,
     priority: Priority,
     idempotency_key: str | None,

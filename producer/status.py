@@ -32,7 +32,7 @@ def queue_depths(client: redis.Redis) -> list[QueueDepth]:
         with contextlib.suppress(ValueError):
             variants.add(parse_queue_name(key.decode() if isinstance(key, bytes) else key)[0])
     pipe = client.pipeline(transaction=False)
-    tiers = [*Tier, *sorted(variants)]
+    tiers = [*Tier, *sorted(variants), Tier.EMBED]
     pairs = [(tier, priority) for tier in tiers for priority in Priority]
     for tier, priority in pairs:
         pipe.llen(queue_name(tier, priority))

@@ -20,6 +20,10 @@ GENERATE_TASK = "llmq.generate"
 BASE_TIERS = ("small", "medium", "large")
 """The model size classes, smallest first; see the tier definitions in the design notes."""
 
+EMBED_TIER = "embed"
+"""The embedding tier (``POST /v1/embeddings``): a tier of its own, with its own queues
+and workers, never chosen by ``auto`` and never iterated with the base tiers."""
+
 MAX_TIER_NAME = 16
 """The longest tier name (the job table's column holds 16 characters)."""
 
@@ -50,6 +54,7 @@ class Tier(str, metaclass=_TierType):
     SMALL: ClassVar[Tier]
     MEDIUM: ClassVar[Tier]
     LARGE: ClassVar[Tier]
+    EMBED: ClassVar[Tier]
 
     def __new__(cls, value: object) -> Tier:
         if isinstance(value, Tier):
@@ -106,7 +111,10 @@ class Tier(str, metaclass=_TierType):
 
 
 def is_tier_name(value: str) -> bool:
-    """True for a base tier or ``<base>@<variant>`` (lower case, digits, ``-``, ``_``)."""
+    """True for a base tier, ``<base>@<variant>`` (lower case, digits, ``-``, ``_``) or
+    the embedding tier."""
+    if value == EMBED_TIER:
+        return True
     base, at, variant = value.partition("@")
     if base not in BASE_TIERS or len(value) > MAX_TIER_NAME:
         return False
@@ -114,8 +122,10 @@ def is_tier_name(value: str) -> bool:
 
 
 _BASE_TIERS: tuple[Tier, ...] = tuple(str.__new__(Tier, name) for name in BASE_TIERS)
-_BASE_BY_NAME: dict[str, Tier] = {tier.value: tier for tier in _BASE_TIERS}
 Tier.SMALL, Tier.MEDIUM, Tier.LARGE = _BASE_TIERS
+Tier.EMBED = str.__new__(Tier, EMBED_TIER)
+# The embedding tier is its own base: no variants, and never among the base tiers.
+_BASE_BY_NAME: dict[str, Tier] = {tier.value: tier for tier in (*_BASE_TIERS, Tier.EMBED)}
 
 
 class Priority(StrEnum):
@@ -153,12 +163,13 @@ def all_queues(variants: Iterable[Tier] = ()) -> list[str]:
 
 
 def kombu_queues() -> list[Any]:
-    """Every tier queue as a kombu ``Queue``, for producer and worker Celery apps alike."""
+    """Every tier queue (the embedding tier's too) as a kombu ``Queue``, for producer
+    and worker Celery apps alike."""
     from kombu.entity import Exchange, Queue
 
     return [
         Queue(name, Exchange(name, type="direct"), routing_key=name)  # type: ignore[no-untyped-call]
-        for name in all_queues()
+        for name in [*all_queues(), *tier_queues(Tier.EMBED)]
     ]
 
 

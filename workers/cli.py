@@ -19,7 +19,8 @@ def register_worker(commands: Any) -> None:
         "--tier",
         required=True,
         type=_tier,
-        help="small, medium, large, or a configured variant such as small@bf16",
+        help="small, medium, large, a configured variant such as small@bf16, or embed "
+        "(the embedding tier, sentence-transformers)",
     )
     worker.add_argument("--gpu", default=None, help="GPU index to pin (CUDA_VISIBLE_DEVICES)")
     worker.add_argument(
@@ -41,7 +42,7 @@ def _tier(text: str) -> Tier:
         return Tier(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a tier: small, medium, large, or <tier>@<variant>"
+            f"{text!r} is not a tier: small, medium, large, embed, or <tier>@<variant>"
         ) from None
 
 
@@ -57,6 +58,8 @@ def _worker(args: argparse.Namespace) -> int:
     loglevel = args.log_level or settings.log_level
     # The process logs at the worker's level (the top-level default is WARNING).
     logging.getLogger().setLevel(loglevel.upper())
+    if Tier(args.tier) == Tier.EMBED:
+        return _embed_worker(settings, args, loglevel)
     options = WorkerOptions(
         tier=Tier(args.tier),
         gpu=args.gpu,
@@ -70,6 +73,21 @@ def _worker(args: argparse.Namespace) -> int:
     if explicit or not sys.stderr.isatty():
         return run_worker(settings, options)
     return _quiet_worker(settings, options)
+
+
+def _embed_worker(settings: Any, args: argparse.Namespace, loglevel: str) -> int:
+    """The embedding tier's worker: sentence-transformers on the CPU, the model from
+    ``LLMQ_EMBED_MODEL`` (a local folder; default: the bundled all-MiniLM-L6-v2)."""
+    import os
+
+    from workers.embeddings.model import BUNDLED_EMBED_MODEL, embed_model_dir
+    from workers.embeddings.worker import EmbedWorkerOptions, run_embed_worker
+
+    model_dir = embed_model_dir(os.environ.get("LLMQ_EMBED_MODEL", BUNDLED_EMBED_MODEL))
+    options = EmbedWorkerOptions(
+        model_dir=model_dir, concurrency=args.concurrency or 1, loglevel=loglevel
+    )
+    return run_embed_worker(settings, options)
 
 
 def _quiet_worker(settings: Any, options: Any) -> int:
@@ -145,7 +163,8 @@ def register_up(commands: Any) -> None:
         "--tiers",
         default=None,
         help="several tiers, one worker each, from this host: small,large or all "
-        "(every configured tier); the host's memory is split between their engines",
+        "(every configured tier); the host's memory is split between their engines; "
+        "embed adds the embedding tier's worker (small,embed)",
     )
     up.add_argument("--concurrency", type=int, default=None)
     up.add_argument(

@@ -74,8 +74,10 @@ def parse_tiers(text: str, configured: Sequence[Tier]) -> list[Tier]:
         try:
             tier = Tier(name)
         except ValueError:
-            raise ConfigError(f"no tier {name!r} (use small, medium, large or all)") from None
-        if tier not in configured:
+            raise ConfigError(
+                f"no tier {name!r} (use small, medium, large, embed or all)"
+            ) from None
+        if tier not in configured and tier != Tier.EMBED:  # the embedding tier has no engine
             known = ", ".join(sorted(str(t) for t in configured))
             raise ConfigError(f"no tier {tier} is configured (configured: {known})")
         if tier in tiers:

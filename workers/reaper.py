@@ -247,7 +247,7 @@ class Reaper:
         return 1
 
     def _reconcile_after_restart(self) -> int:
-        return sum(self._reconcile_tier(tier) for tier in [*Tier, *self.variants])
+        return sum(self._reconcile_tier(tier) for tier in [*Tier, *self.variants, Tier.EMBED])
 
     def _reconcile_tier(self, tier: Tier) -> int:
         # The marker has no TTL: it is missing only when Redis lost its data (or is

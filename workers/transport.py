@@ -40,7 +40,14 @@ from kombu.transport import virtual
 from kombu.utils.json import dumps
 
 from schemas.messages import message_job_id
-from schemas.queues import DROPPED_MESSAGES_KEY, KNOWN_WORKERS_KEY, all_queues, held_key
+from schemas.queues import (
+    DROPPED_MESSAGES_KEY,
+    KNOWN_WORKERS_KEY,
+    Tier,
+    all_queues,
+    held_key,
+    tier_queues,
+)
 from workers.envelope import MalformedMessage, is_job_queue, read_job_message
 
 log = logging.getLogger(__name__)
@@ -268,7 +275,8 @@ def job_ids_in_broker(client: redis.Redis) -> set[str]:
         for key in client.scan_iter(match="llm.*@*.*", count=1000)
     }
     pipe = client.pipeline(transaction=False)
-    for queue in [*all_queues(), *sorted(q for q in variant_queues if is_job_queue(q))]:
+    variant_queues = {q for q in variant_queues if is_job_queue(q)}
+    for queue in [*all_queues(), *tier_queues(Tier.EMBED), *sorted(variant_queues)]:
         pipe.lrange(queue, 0, -1)
     pipe.hvals(UNACKED_KEY)
     *queued, unacked = pipe.execute()

@@ -2,7 +2,9 @@
 
 One worker by default (the default tier); ``--tiers small,large`` or ``--tiers all``
 serves several tiers from one host, one worker each, warmed one after another and with
-the host's memory split between their engines (``workers.memory_split``).
+the host's memory split between their engines (``workers.memory_split``);
+``--tiers small,embed`` adds the embedding tier's worker, which has no engine to share
+memory with.
 """
 
 from __future__ import annotations
@@ -75,7 +77,8 @@ def _serve(
     *,
     log_path: Path | None = None,
 ) -> int:
-    env = _split_env(settings, tiers)
+    # The embedding tier has no vLLM engine: it takes no share of the engines' memory.
+    env = _split_env(settings, [tier for tier in tiers if tier != Tier.EMBED])
     workers: list[subprocess.Popen[bytes]] = []
     with local_redis(settings.broker_url, say=view.say):
         _run(["db", "upgrade"])
@@ -83,8 +86,9 @@ def _serve(
         try:
             # One engine warming at a time: two at once fight for the same cores.
             for tier in tiers:
-                model = resolve_model(settings.tier(tier).model, settings.bundled_model_dir)
-                view.say(f"model ready for {tier}: {model}")
+                if tier != Tier.EMBED:
+                    model = resolve_model(settings.tier(tier).model, settings.bundled_model_dir)
+                    view.say(f"model ready for {tier}: {model}")
                 worker = start_worker_process(settings, tier, concurrency=concurrency, env=env)
                 workers.append(worker)
                 view.warming(f"{tier} worker")

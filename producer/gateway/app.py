@@ -27,8 +27,8 @@ from schemas.settings import Settings
 
 OPENAPI_PATH = "/openapi.json"
 SERVED_ENDPOINTS = (
-    "/v1/chat/completions, /v1/completions, /v1/models, /v1/files, /v1/batches, "
-    "/v1/jobs, /v1/conversations"
+    "/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, /v1/files, "
+    "/v1/batches, /v1/jobs, /v1/conversations"
 )
 # A path echoed in an error is cut: the caller sent it, but it may be huge.
 MAX_ECHOED_PATH_CHARS = 200
@@ -88,7 +88,7 @@ async def _invalid(_request: Request, exc: RequestValidationError) -> JSONRespon
 
 async def _unrouted(request: Request, exc: HTTPException) -> JSONResponse:
     """A path or method no route serves, in OpenAI's error shape and naming what is
-    served (``/v1/embeddings`` and the like: llmq serves generation only)."""
+    served."""
     asked = f"{request.method} {request.url.path[:MAX_ECHOED_PATH_CHARS]}"
     if exc.status_code == 404:
         message = f"{asked} is not served; llmq serves {SERVED_ENDPOINTS}"

@@ -1,7 +1,7 @@
-"""OpenAI's inference paths: ``GET /v1/models``, ``POST /v1/chat/completions`` and
-``POST /v1/completions``. HTTP only: the body is parsed by its protocol model, the
-headers become ``CallOptions``, and the serving layer's answer becomes a JSON or
-event-stream response with the job's tier headers."""
+"""OpenAI's inference paths: ``GET /v1/models``, ``POST /v1/chat/completions``,
+``POST /v1/completions`` and ``POST /v1/embeddings``. HTTP only: the body is parsed by
+its protocol model, the headers become ``CallOptions``, and the serving layer's answer
+becomes a JSON or event-stream response with the job's tier headers."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from producer.aio import AsyncJobHandle
 from producer.gateway.context import GatewayContext
 from producer.gateway.protocol.chat import ChatCompletionRequest
+from producer.gateway.protocol.embeddings import EmbeddingsRequest
 from producer.gateway.protocol.text_completions import CompletionRequest
 from producer.gateway.routes.conversations import conversation_of
 from producer.gateway.routes.sse import SseResponse
@@ -25,6 +26,7 @@ from producer.gateway.serving.common import (
     StreamedAnswer,
     served_models,
 )
+from producer.gateway.serving.embeddings import EmbeddingServing
 from producer.gateway.serving.text_completions import TextCompletionServing
 
 
@@ -36,6 +38,7 @@ class OpenAiRoutes:
         jobs = JobServing(gateway)
         self.chat = ChatServing(jobs)
         self.text = TextCompletionServing(jobs)
+        self.embedding = EmbeddingServing(jobs)
 
     async def models(self, request: Request) -> dict[str, Any]:
         await self.gateway.identify(request)
@@ -60,6 +63,12 @@ class OpenAiRoutes:
         started = time.perf_counter()
         call = await self._call(request, None)
         return respond(await self.text.create(body, call, started=started))
+
+    async def embeddings(self, body: EmbeddingsRequest, request: Request) -> JSONResponse:
+        """``POST /v1/embeddings``: a job of the embedding tier, answered whole."""
+        call = await self._call(request, None)
+        answer = await self.embedding.create(body, call)
+        return JSONResponse(answer.body, headers=tier_headers(answer.handle))
 
     async def _call(self, request: Request, conversation_id: str | None) -> CallOptions:
         """What the call says beside its body; raises a 401 ``GatewayError`` for a call
@@ -93,10 +102,12 @@ def tier_headers(handle: AsyncJobHandle) -> dict[str, str]:
 
 
 def add_openai_routes(app: FastAPI, gateway: GatewayContext) -> None:
-    """Add ``/v1/models``, ``/v1/chat/completions`` and ``/v1/completions``."""
+    """Add ``/v1/models``, ``/v1/chat/completions``, ``/v1/completions`` and
+    ``/v1/embeddings``."""
     routes = OpenAiRoutes(gateway)
     app.add_api_route("/v1/models", routes.models, methods=["GET"])
     app.add_api_route(
         "/v1/chat/completions", routes.chat_completions, methods=["POST"], response_model=None
     )
     app.add_api_route("/v1/completions", routes.completions, methods=["POST"], response_model=None)
+    app.add_api_route("/v1/embeddings", routes.embeddings, methods=["POST"], response_model=None)

@@ -1,0 +1,186 @@
+"""Starting an embedding worker (``llmq worker --tier embed``): load the model, say
+warm, consume ``llm.embed.interactive`` before ``llm.embed.batch``.
+
+Registered like any worker, so the gateway's "no worker serves the embed tier" check,
+``llmq status`` and the reaper treat it as they treat a generation tier's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from celery import Celery, Task
+
+from schemas.broker import redis_client
+from schemas.db import make_engine, make_sessions
+from schemas.errors import DatabaseUnavailable
+from schemas.jobs import could_be_job_id
+from schemas.queues import GENERATE_TASK, Priority, Tier, celery_config, job_message, tier_queues
+from schemas.settings import Settings
+from workers.append_combiner import AppendCombiner
+from workers.background import BackgroundLoop
+from workers.embeddings.model import SentenceEmbedder
+from workers.embeddings.runner import EmbedRuntime, run_embedding_job
+from workers.held_jobs import HeldJobs
+from workers.reaper import Reaper, ReaperThread
+from workers.registry import EngineTiming, WorkerRegistration
+from workers.transport import job_ids_in_broker, restore_held, transport_path
+from workers.worker import _require_redis, make_worker_id
+
+log = logging.getLogger(__name__)
+
+DB_RETRY_COUNTDOWN_S = 2.0
+
+
+@dataclass(frozen=True)
+class EmbedWorkerOptions:
+    """How ``llmq worker --tier embed`` was asked to run."""
+
+    model_dir: Path
+    concurrency: int = 1
+    loglevel: str = "INFO"
+    on_phase: Callable[[str], None] | None = None
+    """Hears each start-up phase ("loading", "warm-up", then "ready")."""
+
+
+class EmbedCelery(Celery):  # type: ignore[misc]
+    """A Celery app that carries the embedding worker's runtime to its task."""
+
+    runtime: EmbedRuntime | None = None
+    held: HeldJobs | None = None
+
+
+def make_embed_app(settings: Settings, *, worker_id: str) -> EmbedCelery:
+    """The embedding worker's Celery app: the broker settings every llmq app shares,
+    its messages recorded as held by ``worker_id`` (the reaper puts them back at once
+    if it dies), and the job task bound to :func:`run_embedding_job`."""
+    app = EmbedCelery("llmq-embed", set_as_current=False)
+    app.conf.update(
+        celery_config(
+            broker_url=settings.broker_url, visibility_timeout_s=settings.visibility_timeout_s
+        )
+    )
+    app.conf.broker_transport_options = {
+        **app.conf.broker_transport_options,
+        "llmq_worker_id": worker_id,
+    }
+    app.conf.broker_transport = transport_path(settings.broker_url)
+    app.task(name=GENERATE_TASK, bind=True, acks_late=True)(embed_task)
+    return app
+
+
+def embed_task(task: Task, job_id: Any = None, *_extra: Any, **_extra_kw: Any) -> None:
+    """Decode the message and run the job. Malformed messages are logged and dropped."""
+    if not could_be_job_id(job_id):
+        log.error("dropping malformed %s message: job id %r", GENERATE_TASK, job_id)
+        return
+    app: EmbedCelery = task.app
+    if app.runtime is None or app.held is None:
+        raise RuntimeError("the worker took a job before its model was loaded")
+    try:
+        with app.held.holding(job_id):
+            run_embedding_job(app.runtime, job_id)
+    except DatabaseUnavailable as exc:
+        log.warning("job %s waits for the database: %s", job_id, exc)
+        raise task.retry(exc=exc, countdown=DB_RETRY_COUNTDOWN_S, max_retries=None) from exc
+
+
+def run_embed_worker(settings: Settings, options: EmbedWorkerOptions) -> int:
+    """Run an embedding worker until it is told to stop; return its exit code.
+
+    Raises ``BrokerUnavailable`` if Redis is down, ``ConfigError`` or ``EngineError``
+    if the model cannot be loaded; in each case before any message is taken.
+    """
+    tier = Tier.EMBED
+    worker_id = make_worker_id(tier)
+    client = redis_client(settings.broker_url)
+    _require_redis(client, settings.broker_url)
+    with contextlib.ExitStack() as resources:
+        db = make_engine(settings.database_url)
+        resources.callback(db.dispose)
+        sessions = make_sessions(db)
+        held = HeldJobs()
+        registration = WorkerRegistration(
+            client, worker_id=worker_id, tier=tier, concurrency=options.concurrency
+        )
+        registration.announce()
+        resources.callback(registration.withdraw)
+        registration.track(lambda: len(held.ids()), held=held.ids)
+        _phase(registration, options, "loading")
+        model = SentenceEmbedder.load(options.model_dir)
+        _phase(registration, options, "warm-up")
+        started = time.monotonic()
+        model.embed(["warm-up"])
+        took_s = time.monotonic() - started
+        app = make_embed_app(settings, worker_id=worker_id)
+        app.held = held
+        app.runtime = EmbedRuntime(
+            worker_id=worker_id,
+            sessions=sessions,
+            redis=client,
+            embed=model.embed,
+            replay_ttl_s=settings.replay_ttl_s,
+            appends=AppendCombiner(client),
+        )
+        for helper in _helpers(app, settings, sessions, client):
+            resources.enter_context(helper)
+        registration.mark_warm(EngineTiming(first_token_s=took_s, step_s=took_s))
+        if options.on_phase is not None:
+            options.on_phase("ready")
+        queues = tier_queues(tier)
+        log.info(
+            "embedding worker %s is warm (%d dimensions); consuming %s",
+            worker_id,
+            model.dimensions,
+            ", ".join(queues),
+        )
+        worker = app.Worker(
+            hostname=worker_id,
+            queues=queues,
+            pool="threads",
+            concurrency=options.concurrency,
+            prefetch_multiplier=1,
+            loglevel=options.loglevel,
+            without_gossip=True,
+            without_mingle=True,
+            quiet=True,
+        )
+        worker.start()
+        return int(worker.exitcode or 0)
+
+
+def _phase(registration: WorkerRegistration, options: EmbedWorkerOptions, phase: str) -> None:
+    registration.set_phase(phase)
+    if options.on_phase is not None:
+        options.on_phase(phase)
+
+
+def _helpers(
+    app: EmbedCelery, settings: Settings, sessions: Any, client: Any
+) -> list[BackgroundLoop]:
+    """The reaper of dead workers' jobs (of every tier, as every worker runs one)."""
+
+    def send(job_id: str, tier: Tier, priority: Priority) -> None:
+        app.send_task(GENERATE_TASK, **job_message(job_id, tier, priority))
+
+    def restore(worker_id: str) -> int:
+        with app.connection_for_write() as connection:
+            return restore_held(connection.default_channel, worker_id)
+
+    reaper = Reaper(
+        sessions=sessions,
+        redis=client,
+        send=send,
+        restore_held=restore,
+        messages_in_broker=lambda: job_ids_in_broker(client),
+        max_attempts=settings.max_attempts,
+        replay_ttl_s=settings.replay_ttl_s,
+        variants=tuple(settings.variants),
+    )
+    return [ReaperThread(reaper)]
