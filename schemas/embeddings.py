@@ -15,6 +15,7 @@ import base64
 import binascii
 import json
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -37,6 +38,11 @@ class EmbeddingRequest(BaseModel):
     """The texts, embedded in this order; each non-empty, without NUL."""
     user: str | None = Field(default=None, max_length=256, exclude_if=lambda value: value is None)
     """The caller's own id for its end user (OpenAI's ``user``); stored, not used."""
+    encoding_format: Literal["float", "base64"] = Field(
+        default="float", exclude_if=lambda value: value == "float"
+    )
+    """How the answer sends each vector (a batch's output is built from the row, so
+    the row keeps it); the job's text is the same either way."""
 
     @field_validator("user")
     @classmethod

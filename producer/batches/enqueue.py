@@ -28,7 +28,7 @@ from producer.batches.store import line_key, refresh_batch
 from producer.client import Client
 from schemas.boundary import database_boundary
 from schemas.errors import IdempotencyConflict, InvalidRequest, PromptTooLong, QueueFull
-from schemas.queues import Priority
+from schemas.queues import Priority, Tier
 from schemas.tables import Batch, BatchFileLine, BatchLineError, Job, as_utc, utcnow
 
 log = logging.getLogger(__name__)
@@ -278,15 +278,24 @@ def _submit(
 ) -> str:
     key = line_key(batch.id, line_no)
     try:
-        handle = client.submit(
-            line.request,
-            tier=line.model if batch.tier == "auto" else batch.tier,
-            priority=Priority.BATCH,
-            idempotency_key=key,
-            owner=batch.owner,
-            # The window's end is the job's deadline: a line still queued then never runs.
-            deadline_s=deadline_s,
-        )
+        if line.model == Tier.EMBED:
+            handle = client.submit_embeddings(
+                line.request,
+                priority=Priority.BATCH,
+                idempotency_key=key,
+                owner=batch.owner,
+                deadline_s=deadline_s,
+            )
+        else:
+            handle = client.submit(
+                line.request,
+                tier=line.model if batch.tier == "auto" else batch.tier,
+                priority=Priority.BATCH,
+                idempotency_key=key,
+                owner=batch.owner,
+                # The window's end is the job's deadline: a line still queued then never runs.
+                deadline_s=deadline_s,
+            )
     except IdempotencyConflict:
         # A resumed chunk: the line's job exists, submitted with a longer deadline.
         with database_boundary("find the line's job"), client.sessions() as session:

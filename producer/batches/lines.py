@@ -9,14 +9,17 @@ from typing import Any
 from pydantic import ValidationError
 
 from producer.gateway.protocol.chat import ChatCompletionRequest
+from producer.gateway.protocol.embeddings import EMBED_MODELS, EmbeddingsRequest
 from producer.gateway.protocol.text_completions import CompletionRequest
 from producer.submission import describe_validation_error
+from schemas.embeddings import EmbeddingRequest
 from schemas.errors import InvalidRequest
 from schemas.queues import Tier
 
 CHAT_ENDPOINT = "/v1/chat/completions"
 COMPLETIONS_ENDPOINT = "/v1/completions"
-ENDPOINTS = (CHAT_ENDPOINT, COMPLETIONS_ENDPOINT)
+EMBEDDINGS_ENDPOINT = "/v1/embeddings"
+ENDPOINTS = (CHAT_ENDPOINT, COMPLETIONS_ENDPOINT, EMBEDDINGS_ENDPOINT)
 MODELS = ("auto", *[tier.value for tier in Tier])
 MAX_CUSTOM_ID_CHARS = 200
 
@@ -35,9 +38,10 @@ class BatchLine:
 
     custom_id: str
     model: str
-    """``auto`` or a tier name."""
+    """``auto`` or a tier name (``embed`` for an embeddings line)."""
     request: dict[str, Any]
-    """The llmq request (``GenerationRequest`` fields); submit validates it again."""
+    """The llmq request (``GenerationRequest`` fields, or ``EmbeddingRequest`` fields
+    for an embeddings line); submit validates it again."""
 
 
 def peek_custom_id(raw: str) -> str | None:
@@ -75,6 +79,8 @@ def parse_line(
     if not isinstance(data, dict):
         raise LineInvalid("the line must be a JSON object")
     custom_id, body = _envelope(data, endpoint)
+    if endpoint == EMBEDDINGS_ENDPOINT:
+        return BatchLine(custom_id=custom_id, model=Tier.EMBED.value, request=_embeddings(body))
     request: ChatCompletionRequest | CompletionRequest
     try:
         if endpoint == COMPLETIONS_ENDPOINT:
@@ -83,6 +89,19 @@ def parse_line(
             request = ChatCompletionRequest.model_validate(body)
     except ValidationError as exc:
         raise LineInvalid(f"invalid body: {describe_validation_error(exc)}") from None
+    _check_served(request)
+    try:
+        if isinstance(request, CompletionRequest):
+            request.check_bounds(max_message_chars=max_message_chars)
+        else:
+            request.check_bounds(max_messages=max_messages, max_message_chars=max_message_chars)
+    except InvalidRequest as exc:
+        raise LineInvalid(str(exc)) from None
+    return BatchLine(custom_id=custom_id, model=request.model, request=request.to_llmq())
+
+
+def _check_served(request: ChatCompletionRequest | CompletionRequest) -> None:
+    """Raise ``LineInvalid`` for an unknown model or a line that asks to stream."""
     if request.model not in MODELS:
         raise LineInvalid(
             f"unknown model {request.model!r}; use one of {', '.join(MODELS)}",
@@ -93,14 +112,24 @@ def parse_line(
     if request.logprobs:
         # A batch's output is built from the job rows, which keep the text alone.
         raise LineInvalid("a batch line cannot ask for logprobs: leave logprobs unset or false")
+
+
+def _embeddings(body: dict[str, Any]) -> dict[str, Any]:
+    """The stored request of an embeddings line (``schemas.embeddings.EmbeddingRequest``
+    fields); raises ``LineInvalid`` naming the field at fault."""
     try:
-        if isinstance(request, CompletionRequest):
-            request.check_bounds(max_message_chars=max_message_chars)
-        else:
-            request.check_bounds(max_messages=max_messages, max_message_chars=max_message_chars)
-    except InvalidRequest as exc:
-        raise LineInvalid(str(exc)) from None
-    return BatchLine(custom_id=custom_id, model=request.model, request=request.to_llmq())
+        request = EmbeddingsRequest.model_validate(body)
+    except ValidationError as exc:
+        raise LineInvalid(f"invalid body: {describe_validation_error(exc)}") from None
+    if request.model not in EMBED_MODELS:
+        raise LineInvalid(
+            f"unknown embedding model {request.model!r}; use one of {', '.join(EMBED_MODELS)}",
+            code="model_not_found",
+        )
+    try:
+        return EmbeddingRequest.model_validate(request.to_llmq()).model_dump(mode="json")
+    except ValidationError as exc:
+        raise LineInvalid(f"invalid body: {describe_validation_error(exc)}") from None
 
 
 def _envelope(data: dict[str, Any], endpoint: str) -> tuple[str, dict[str, Any]]:

@@ -19,7 +19,7 @@ from typing import IO, Any, Protocol, TypeVar
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from producer.batches.lines import ENDPOINTS
+from producer.batches.lines import EMBEDDINGS_ENDPOINT, ENDPOINTS
 from producer.batches.results import (
     error_lines,
     output_lines,
@@ -323,6 +323,8 @@ def create_batch(
         raise InvalidRequest(f"endpoint must be one of {', '.join(ENDPOINTS)}, not {endpoint!r}")
     if tier != "auto" and tier not in {t.value for t in Tier}:
         raise InvalidRequest(f"unknown tier {tier!r}")
+    if endpoint == EMBEDDINGS_ENDPOINT and tier != "auto":
+        raise InvalidRequest("an embeddings batch runs on the embed tier: leave its tier unset")
     window = parse_window(completion_window)
     source = get_file(sessions, input_file_id, owner=owner)
     if source.purpose != INPUT_PURPOSE:

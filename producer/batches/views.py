@@ -7,9 +7,12 @@ from datetime import datetime
 from typing import Any
 
 from producer.gateway.protocol.chat import completion
+from producer.gateway.protocol.embeddings import embeddings_list
 from producer.gateway.protocol.text_completions import text_completion
+from schemas.embeddings import unpack_base64, unpack_vectors
 from schemas.events import ChoiceOutput, Timings, Usage
 from schemas.jobs import JobStatus
+from schemas.queues import Tier
 from schemas.tables import Batch, BatchFile, Job, as_utc
 from schemas.tools import stored_tool_use
 
@@ -60,8 +63,9 @@ def batch_object(row: Batch) -> dict[str, Any]:
 
 
 def output_line(job: Job) -> str:
-    """A finished job as a line of its batch's output file: a ``chat.completion``, or a
-    ``text_completion`` for a line of a ``/v1/completions`` batch (a raw prompt)."""
+    """A finished job as a line of its batch's output file: a ``chat.completion``, a
+    ``text_completion`` for a line of a ``/v1/completions`` batch (a raw prompt), or a
+    ``list`` of embeddings for a line of a ``/v1/embeddings`` batch."""
     request = job.request or {}
     common: dict[str, Any] = {
         "job_id": job.id,
@@ -83,11 +87,14 @@ def output_line(job: Job) -> str:
         if job.output_choices is not None
         else None,
     }
-    if request.get("raw_prompt"):
-        body = text_completion(**common)
+    if job.tier == Tier.EMBED:
+        body = _embeddings_body(job, common)
     else:
-        body = completion(**common, tool_use=stored_tool_use(request))
-    body["created"] = epoch(job.finished_at) or body["created"]
+        if request.get("raw_prompt"):
+            body = text_completion(**common)
+        else:
+            body = completion(**common, tool_use=stored_tool_use(request))
+        body["created"] = epoch(job.finished_at) or body["created"]
     line = {
         "id": f"batch_req_{job.id}",
         "custom_id": job.custom_id,
@@ -95,6 +102,20 @@ def output_line(job: Job) -> str:
         "error": None,
     }
     return json.dumps(line, ensure_ascii=False)
+
+
+def _embeddings_body(job: Job, common: dict[str, Any]) -> dict[str, Any]:
+    """An embeddings line's answer, each vector in the encoding the line asked for."""
+    text = job.output_text or "[]"
+    base64 = (job.request or {}).get("encoding_format") == "base64"
+    return embeddings_list(
+        model="embed",
+        vectors=unpack_base64(text) if base64 else unpack_vectors(text),
+        usage=common["usage"],
+        timings=common["timings"],
+        job_id=job.id,
+        tier=job.tier,
+    )
 
 
 def job_error_code(job: Job, batch_status: str) -> str:

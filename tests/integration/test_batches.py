@@ -223,7 +223,7 @@ def test_bad_requests_are_400s(settings: Settings, gateway_url: str) -> None:
     uploaded = client.files.create(file=("r.jsonl", io.BytesIO(jsonl(line("a")))), purpose="batch")
     with pytest.raises(openai.BadRequestError):
         client.batches.create(
-            input_file_id=uploaded.id, endpoint="/v1/embeddings", completion_window="24h"
+            input_file_id=uploaded.id, endpoint="/v1/moderations", completion_window="24h"
         )
     with pytest.raises(openai.BadRequestError):
         client.batches.create(

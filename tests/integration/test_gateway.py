@@ -282,11 +282,11 @@ def test_a_path_or_method_no_route_serves_is_an_openai_error_naming_it(
     headers = auth(new_key(integration_settings, "caller"))
     body = {"model": "small", "input": "hello"}
     error = assert_openai_error(
-        gateway.post("/v1/embeddings", json=body, headers=headers), 404, "not_found"
+        gateway.post("/v1/moderations", json=body, headers=headers), 404, "not_found"
     )
-    assert "POST /v1/embeddings is not served" in str(error["message"])
+    assert "POST /v1/moderations is not served" in str(error["message"])
     assert "/v1/chat/completions" in str(error["message"])
     error = assert_openai_error(gateway.get(CHAT, headers=headers), 405, "method_not_allowed")
     assert f"GET {CHAT}" in str(error["message"])
     # The front door comes first: without a key, an unknown /v1 path is a 401.
-    assert_openai_error(gateway.post("/v1/embeddings", json=body), 401, "invalid_api_key")
+    assert_openai_error(gateway.post("/v1/moderations", json=body), 401, "invalid_api_key")

@@ -76,6 +76,8 @@ class EmbeddingsRequest(BaseModel):
         request: dict[str, Any] = {"input": self.texts}
         if self.user is not None:
             request["user"] = self.user
+        if self.encoding_format != "float":
+            request["encoding_format"] = self.encoding_format
         return request
 
 
