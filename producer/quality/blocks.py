@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +25,7 @@ from schemas.broker import redis_client
 from schemas.errors import EngineError, NoWarmWorker
 from schemas.queues import Tier
 from schemas.settings import Settings
+from schemas.worker_process import start_worker_process, stop_process
 
 Spawn = Literal["auto", "never"]
 WARM_TIMEOUT_S = 900.0
@@ -94,11 +94,13 @@ def worker_block(
         log_path = Path(folder) / "worker.log"
         with log_path.open("wb") as log:
             say(f"starting a worker for {tier} (its engine loads and warms up)...")
-            process = subprocess.Popen(
-                [sys.executable, "-m", "producer.cli", "worker", "--tier", tier.value],
+            process = start_worker_process(
+                settings,
+                tier,
+                output=log,
                 env=worker_environment(settings),
-                stdout=log,
-                stderr=subprocess.STDOUT,
+                # The tier table goes whole, in LLMQ_TIERS.
+                unset=("LLMQ_TIERS_FILE",),
                 stdin=subprocess.DEVNULL,
             )
             try:
@@ -107,23 +109,22 @@ def worker_block(
                 say(f"{tier} is warm after {time.monotonic() - started:.0f} s")
                 yield
             finally:
-                _stop(process)
+                # SIGTERM: the worker finishes what it runs and leaves the registry.
+                stop_process(process, grace_s=STOP_GRACE_S)
 
 
 def worker_environment(settings: Settings) -> dict[str, str]:
-    """The child worker's environment: this broker, database and the whole tier table.
+    """What the child worker's environment sets beside this one's and the broker and
+    database that ``start_worker_process`` sets: the whole tier table, and a quiet log.
 
-    The tier table goes whole (``LLMQ_TIERS``, no tiers file), so a variant configured in
-    code or from a file here is the same variant there.
+    The tier table goes whole (``LLMQ_TIERS``, with no tiers file), so a variant
+    configured in code or from a file here is the same variant there.
     """
-    env = {key: value for key, value in os.environ.items() if key != "LLMQ_TIERS_FILE"}
     tiers = {str(name): config.model_dump(mode="json") for name, config in settings.tiers.items()}
-    env.update(
-        LLMQ_BROKER_URL=settings.broker_url,
-        LLMQ_DATABASE_URL=settings.database_url,
-        LLMQ_TIERS=json.dumps(tiers),
-        LLMQ_LOG_LEVEL=os.environ.get("LLMQ_LOG_LEVEL", "WARNING"),
-    )
+    env = {
+        "LLMQ_TIERS": json.dumps(tiers),
+        "LLMQ_LOG_LEVEL": os.environ.get("LLMQ_LOG_LEVEL", "WARNING"),
+    }
     if settings.prompts_dir is not None:
         env["LLMQ_PROMPTS_DIR"] = str(settings.prompts_dir)
     return env
@@ -150,14 +151,3 @@ def _last_lines(path: Path) -> str:
     lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
     errors = [line for line in lines if "error" in line.lower()]
     return " | ".join((errors or lines)[-LOG_LINES_SHOWN:]) or "(no output)"
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM (the worker finishes what it runs and leaves the registry), then insist."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
