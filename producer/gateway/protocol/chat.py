@@ -7,7 +7,6 @@ Shapes only: nothing here opens a job or knows HTTP.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -26,8 +25,12 @@ from producer.gateway.protocol.common import (
     ResponseFormat,
     StreamOptions,
     VllmStructuredOutputs,
+    asks_for_nothing,
+    check_one_form,
     sampling_fields,
-    usage_block,
+    stream_chunk,
+    token_id_keys,
+    whole_answer,
 )
 from schemas.errors import InvalidRequest
 from schemas.events import ChoiceOutput, Timings, TokenLogprob, Usage
@@ -119,23 +122,12 @@ class ChatCompletionRequest(BaseModel):
     @classmethod
     def _asks_for_nothing(cls, value: object, info: ValidationInfo) -> object:
         name = info.field_name or ""
-        if value is None or _is_one_of(value, UNSERVED_FIELDS[name]):
-            return value
-        quiet = ", ".join(json.dumps(v) for v in (None, *UNSERVED_FIELDS[name]))
-        raise PydanticCustomError(
-            "unserved_field",
-            "llmq does not serve {field}; leave it out or send {quiet}",
-            {"field": name, "quiet": quiet},
-        )
+        return asks_for_nothing(name, value, UNSERVED_FIELDS[name])
 
     @field_validator("logit_bias")
     @classmethod
     def _bias_keys_are_token_ids(cls, value: dict[str, float] | None) -> dict[str, float] | None:
-        for token in value or {}:
-            # JSON keys are strings: OpenAI's are token ids written in decimal.
-            if not (token.isascii() and token.isdigit() and len(token) <= 9):
-                raise ValueError(f"logit_bias keys are token ids, not {token!r}")
-        return value
+        return token_id_keys(value)
 
     @field_validator("messages")
     @classmethod
@@ -146,11 +138,7 @@ class ChatCompletionRequest(BaseModel):
 
     @model_validator(mode="after")
     def _one_form_constraint(self) -> ChatCompletionRequest:
-        if self.structured_outputs is not None and self.response_format not in (
-            None,
-            ResponseFormat(type="text"),
-        ):
-            raise ValueError("send response_format or structured_outputs, not both")
+        check_one_form(self)
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs: true")
         self._check_tools()
@@ -241,11 +229,6 @@ class ChatCompletionRequest(BaseModel):
         return sampling_fields(self, logprobs=(self.top_logprobs or 0) if self.logprobs else None)
 
 
-def _is_one_of(value: object, quiet: tuple[object, ...]) -> bool:
-    # By type too: 0 == False in Python, but top_logprobs=false is not its default.
-    return any(type(value) is type(q) and value == q for q in quiet)
-
-
 def completion_id(job_id: str) -> str:
     return f"chatcmpl-{job_id}"
 
@@ -267,24 +250,16 @@ def completion(
     with ``tool_use``, the calls the answer makes as the message's ``tool_calls``; with
     ``choices`` (a request for several), one choice each."""
     message, finish_reason = answer_message(job_id, text, finish_reason, tool_use)
-    body = {
-        "id": completion_id(job_id),
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "logprobs": logprobs_block(logprobs),
-                "finish_reason": finish_reason,
-            }
-        ],
-        "usage": usage_block(usage),
-        "llmq": {"job_id": job_id, "tier": tier, "timings": timings.model_dump()},
-    }
+    answers = [
+        {
+            "index": 0,
+            "message": message,
+            "logprobs": logprobs_block(logprobs),
+            "finish_reason": finish_reason,
+        }
+    ]
     if choices is not None:
-        body["choices"] = [
+        answers = [
             {
                 "index": choice.index,
                 "message": {"role": "assistant", "content": choice.text},
@@ -295,7 +270,16 @@ def completion(
             }
             for choice in choices
         ]
-    return body
+    return whole_answer(
+        "chat.completion",
+        completion_id(job_id),
+        model,
+        answers,
+        job_id=job_id,
+        usage=usage,
+        timings=timings,
+        tier=tier,
+    )
 
 
 def answer_message(
@@ -334,26 +318,15 @@ def chunk(
     logprobs: list[TokenLogprob] | None = None,
     index: int = 0,
 ) -> dict[str, Any]:
-    """A ``chat.completion.chunk`` object (of choice ``index``)."""
-    body: dict[str, Any] = {
-        "id": completion_id(job_id),
-        "object": "chat.completion.chunk",
-        "created": int(time.time()),
-        "model": model,
-        "choices": []
-        if usage
-        else [
-            {
-                "index": index,
-                "delta": delta,
-                "logprobs": logprobs_block(logprobs),
-                "finish_reason": finish_reason,
-            }
-        ],
+    """A ``chat.completion.chunk`` object (of choice ``index``); with ``usage``, the
+    usage chunk (no choices)."""
+    choice = {
+        "index": index,
+        "delta": delta,
+        "logprobs": logprobs_block(logprobs),
+        "finish_reason": finish_reason,
     }
-    if usage is not None:
-        body["usage"] = usage_block(usage)
-    return body
+    return stream_chunk("chat.completion.chunk", completion_id(job_id), model, choice, usage)
 
 
 def logprobs_block(logprobs: list[TokenLogprob] | None) -> dict[str, Any] | None:

@@ -1,6 +1,7 @@
 """OpenAI's wire shapes that chat and text completions share: stream options, the
-answer's form (``response_format``, vLLM's ``structured_outputs``), the sampling fields
-both requests carry, the usage block, the error envelope, and an SSE event's framing.
+answer's form (``response_format``, vLLM's ``structured_outputs``), the checks and
+sampling fields both requests carry, the response objects' envelope and usage block,
+the error envelope, and an SSE event's framing.
 
 Shapes only: nothing here opens a job or knows HTTP.
 """
@@ -8,11 +9,13 @@ Shapes only: nothing here opens a job or knows HTTP.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
-from schemas.events import Usage
+from schemas.events import Timings, Usage
 
 
 class StreamOptions(BaseModel):
@@ -134,6 +137,81 @@ def sampling_fields(request: SamplingFields, *, logprobs: int | None) -> dict[st
         schema = request.response_format.json_schema.schema_
         sampling["structured"] = {"kind": "json_schema", "json_schema": schema}
     return sampling
+
+
+def asks_for_nothing(name: str, value: object, quiet: tuple[object, ...]) -> object:
+    """``value`` of field ``name``, which llmq does not serve, where it asks for nothing:
+    null, or one of ``quiet``. Raises an ``unserved_field`` error naming the field and
+    what may be sent instead."""
+    # By type too: 0 == False in Python, but top_logprobs=false is not its default.
+    if value is None or any(type(value) is type(q) and value == q for q in quiet):
+        return value
+    shown = ", ".join(json.dumps(v) for v in (None, *quiet))
+    raise PydanticCustomError(
+        "unserved_field",
+        "llmq does not serve {field}; leave it out or send {quiet}",
+        {"field": name, "quiet": shown},
+    )
+
+
+def token_id_keys(logit_bias: dict[str, float] | None) -> dict[str, float] | None:
+    """``logit_bias`` whose keys are token ids; raises ``ValueError`` for another key."""
+    for token in logit_bias or {}:
+        # JSON keys are strings: OpenAI's are token ids written in decimal.
+        if not (token.isascii() and token.isdigit() and len(token) <= 9):
+            raise ValueError(f"logit_bias keys are token ids, not {token!r}")
+    return logit_bias
+
+
+def check_one_form(request: SamplingFields) -> None:
+    """Raise ``ValueError`` for a request that constrains its answer's form twice."""
+    if request.structured_outputs is not None and request.response_format not in (
+        None,
+        ResponseFormat(type="text"),
+    ):
+        raise ValueError("send response_format or structured_outputs, not both")
+
+
+def response_object(
+    kind: str, response_id: str, model: str, choices: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The head every response object and chunk starts with, created now."""
+    return {
+        "id": response_id,
+        "object": kind,
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+    }
+
+
+def whole_answer(
+    kind: str,
+    response_id: str,
+    model: str,
+    choices: list[dict[str, Any]],
+    *,
+    job_id: str,
+    usage: Usage,
+    timings: Timings,
+    tier: str,
+) -> dict[str, Any]:
+    """A whole answer: its choices, usage, and what llmq adds (the job, its tier and
+    timings)."""
+    body = response_object(kind, response_id, model, choices)
+    body["usage"] = usage_block(usage)
+    body["llmq"] = {"job_id": job_id, "tier": tier, "timings": timings.model_dump()}
+    return body
+
+
+def stream_chunk(
+    kind: str, response_id: str, model: str, choice: dict[str, Any], usage: Usage | None
+) -> dict[str, Any]:
+    """A streamed chunk of ``choice``; with ``usage``, the usage chunk (no choices)."""
+    body = response_object(kind, response_id, model, [] if usage is not None else [choice])
+    if usage is not None:
+        body["usage"] = usage_block(usage)
+    return body
 
 
 def usage_block(usage: Usage) -> dict[str, Any]:

@@ -8,8 +8,6 @@ Shapes only: nothing here opens a job or knows HTTP.
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -27,8 +25,12 @@ from producer.gateway.protocol.common import (
     ResponseFormat,
     StreamOptions,
     VllmStructuredOutputs,
+    asks_for_nothing,
+    check_one_form,
     sampling_fields,
-    usage_block,
+    stream_chunk,
+    token_id_keys,
+    whole_answer,
 )
 from schemas.errors import InvalidRequest
 from schemas.events import ChoiceOutput, Timings, TokenLogprob, Usage
@@ -112,30 +114,16 @@ class CompletionRequest(BaseModel):
     @classmethod
     def _asks_for_nothing(cls, value: object, info: ValidationInfo) -> object:
         name = info.field_name or ""
-        if value is None or any(type(value) is type(q) and value == q for q in _QUIET[name]):
-            return value
-        quiet = ", ".join(json.dumps(v) for v in (None, *_QUIET[name]))
-        raise PydanticCustomError(
-            "unserved_field",
-            "llmq does not serve {field}; leave it out or send {quiet}",
-            {"field": name, "quiet": quiet},
-        )
+        return asks_for_nothing(name, value, _QUIET[name])
 
     @field_validator("logit_bias")
     @classmethod
     def _bias_keys_are_token_ids(cls, value: dict[str, float] | None) -> dict[str, float] | None:
-        for token in value or {}:
-            if not (token.isascii() and token.isdigit() and len(token) <= 9):
-                raise ValueError(f"logit_bias keys are token ids, not {token!r}")
-        return value
+        return token_id_keys(value)
 
     @model_validator(mode="after")
     def _one_form_constraint(self) -> CompletionRequest:
-        if self.structured_outputs is not None and self.response_format not in (
-            None,
-            ResponseFormat(type="text"),
-        ):
-            raise ValueError("send response_format or structured_outputs, not both")
+        check_one_form(self)
         return self
 
     @property
@@ -220,25 +208,27 @@ def text_completion(
         choices = [
             ChoiceOutput(index=0, text=text, finish_reason=finish_reason, logprobs=list(tokens))
         ]
-    return {
-        "id": completion_id(job_id),
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [
-            {
-                "index": choice.index,
-                "text": choice.text,
-                "logprobs": None
-                if logprobs is None
-                else legacy_logprobs(choice.logprobs or [], top=logprobs),
-                "finish_reason": choice.finish_reason or "stop",
-            }
-            for choice in choices
-        ],
-        "usage": usage_block(usage),
-        "llmq": {"job_id": job_id, "tier": tier, "timings": timings.model_dump()},
-    }
+    answers = [
+        {
+            "index": choice.index,
+            "text": choice.text,
+            "logprobs": None
+            if logprobs is None
+            else legacy_logprobs(choice.logprobs or [], top=logprobs),
+            "finish_reason": choice.finish_reason or "stop",
+        }
+        for choice in choices
+    ]
+    return whole_answer(
+        "text_completion",
+        completion_id(job_id),
+        model,
+        answers,
+        job_id=job_id,
+        usage=usage,
+        timings=timings,
+        tier=tier,
+    )
 
 
 def text_chunk(
@@ -253,15 +243,5 @@ def text_chunk(
 ) -> dict[str, Any]:
     """One streamed ``text_completion`` chunk (of choice ``index``); with ``usage``, the
     usage chunk (no choices)."""
-    body: dict[str, Any] = {
-        "id": completion_id(job_id),
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": []
-        if usage
-        else [{"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}],
-    }
-    if usage is not None:
-        body["usage"] = usage_block(usage)
-    return body
+    choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+    return stream_chunk("text_completion", completion_id(job_id), model, choice, usage)
