@@ -6,6 +6,7 @@ requests; stdout keeps only the figures).
 from __future__ import annotations
 
 import contextlib
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -14,6 +15,10 @@ from pathlib import Path
 from typing import TypeVar, cast
 
 from producer.client import Client
+from producer.quality.blocks import worker_block
+from producer.quality.cases import Case
+from producer.quality.gate import counting_answers
+from producer.quality.runner import VariantRun, run_cases
 from schemas.jobs import JobResult
 from schemas.progress import ProgressBar
 from schemas.queues import Tier
@@ -36,6 +41,36 @@ def step(what: str) -> ProgressBar:
 def counted(what: str, total: int, *, unit: str = "requests") -> ProgressBar:
     """A bar on stderr over ``total`` things (done/total, rate, ETA); ``advance()`` it."""
     return ProgressBar(what, total, unit=unit)
+
+
+def answer_cases(
+    settings: Settings,
+    client: Client,
+    tier: Tier,
+    cases: Sequence[Case],
+    *,
+    what: str,
+    max_tokens: int | None,
+    concurrency: int,
+) -> VariantRun:
+    """``cases`` answered on ``tier`` by a warm worker (one started for the block and
+    stopped after, if none serves it), counted on a bar named ``what``."""
+    with (
+        worker_block(settings, tier, say=_stderr_line),
+        counted(what, len(cases), unit="cases") as bar,
+    ):
+        return run_cases(
+            client,
+            tier,
+            cases,
+            max_tokens=max_tokens,
+            concurrency=concurrency,
+            on_answer=counting_answers(bar),
+        )
+
+
+def _stderr_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 @dataclass

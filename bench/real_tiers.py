@@ -11,15 +11,12 @@ block with only that tier's engine up, and every case also runs on the large tie
 from __future__ import annotations
 
 import statistics
-import sys
 from typing import Any
 
-from bench.harness import counted
+from bench.harness import answer_cases
 from producer.client import Client
-from producer.quality.blocks import worker_block
 from producer.quality.cases import load_bench_pool
-from producer.quality.gate import counting_answers
-from producer.quality.runner import CaseAnswer, run_cases
+from producer.quality.runner import CaseAnswer
 from producer.quality.scoring import score
 from producer.router.classifier import DifficultyClassifier
 from producer.router.policy import PolicyConfig, apply_policy
@@ -51,24 +48,21 @@ def measure_real_tiers(
             if not mine and tier != Tier.LARGE:
                 continue
             todo = chosen if tier == Tier.LARGE else mine
-            with (
-                worker_block(settings, tier, say=_stderr_line),
-                counted(f"measured, {tier} tier", len(todo), unit="cases") as bar,
-            ):
-                run = run_cases(
-                    client,
-                    tier,
-                    todo,
-                    max_tokens=max_tokens,
-                    concurrency=concurrency,
-                    on_answer=counting_answers(bar),
-                )
-                if tier == Tier.LARGE:
-                    # Greedy answers of the same model: routed-large cases reuse these.
-                    all_large = run.answers
-                    answers.update({case.id: all_large[case.id] for case in mine})
-                else:
-                    answers.update(run.answers)
+            run = answer_cases(
+                settings,
+                client,
+                tier,
+                todo,
+                what=f"measured, {tier} tier",
+                max_tokens=max_tokens,
+                concurrency=concurrency,
+            )
+            if tier == Tier.LARGE:
+                # Greedy answers of the same model: routed-large cases reuse these.
+                all_large = run.answers
+                answers.update({case.id: all_large[case.id] for case in mine})
+            else:
+                answers.update(run.answers)
 
     def mean_ms(found: dict[str, CaseAnswer]) -> float:
         return statistics.mean(a.total_ms for a in found.values() if a.total_ms is not None)
@@ -90,7 +84,3 @@ def measure_real_tiers(
         "measured_quality_routed": round(quality(answers), 4),
         "measured_quality_all_large": round(quality(all_large), 4),
     }
-
-
-def _stderr_line(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)

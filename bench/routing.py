@@ -285,11 +285,8 @@ def answer_tiers(
     """Every case answered on small, then on large (one worker and engine at a time),
     stored as ``answers-<tier>.json`` in ``answers_dir``; with ``reuse_answers``, a
     stored pass that covers the cases is read instead of run."""
-    from bench.harness import bench_database
+    from bench.harness import answer_cases, bench_database
     from producer.client import Client
-    from producer.quality.blocks import worker_block
-    from producer.quality.gate import counting_answers
-    from producer.quality.runner import run_cases
 
     answers_dir.mkdir(parents=True, exist_ok=True)
     found = {
@@ -301,18 +298,15 @@ def answer_tiers(
         # The tiers' workers record their jobs: in a scratch database, not the host's.
         with bench_database(settings) as scratch, Client(scratch) as client:
             for tier in missing:
-                with (
-                    worker_block(scratch, tier, say=_stderr_line),
-                    counted(f"frontier, {tier} tier", len(cases), unit="cases") as bar,
-                ):
-                    run = run_cases(
-                        client,
-                        tier,
-                        cases,
-                        max_tokens=max_tokens or None,
-                        concurrency=concurrency,
-                        on_answer=counting_answers(bar),
-                    )
+                run = answer_cases(
+                    scratch,
+                    client,
+                    tier,
+                    cases,
+                    what=f"frontier, {tier} tier",
+                    max_tokens=max_tokens or None,
+                    concurrency=concurrency,
+                )
                 model = settings.tier(tier).model
                 stored = stored_pass(
                     tier, cases, run.answers, model=model, wall_s=run.wall_s, max_tokens=max_tokens
@@ -418,9 +412,3 @@ def _curve(frontier: Frontier) -> dict[str, Any]:
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
-
-
-def _stderr_line(line: str) -> None:
-    import sys
-
-    print(line, file=sys.stderr, flush=True)
