@@ -73,6 +73,9 @@ class Job(Base):
     output_choices: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
     """Every choice (index, text, finish_reason) of a job that asked for several
     (``n``); ``output_text`` and ``finish_reason`` are the first one's. None otherwise."""
+    output_logprobs: Mapped[list[list[dict[str, Any]]] | None] = mapped_column(JSON)
+    """For a job that asked for log probabilities: each choice's tokens (by choice index),
+    each a ``schemas.events.TokenLogprob``. None otherwise."""
     queue_wait_ms: Mapped[float | None] = mapped_column(Float)
     ttft_ms: Mapped[float | None] = mapped_column(Float)
     total_ms: Mapped[float | None] = mapped_column(Float)

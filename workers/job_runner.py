@@ -14,7 +14,7 @@ import redis
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from schemas.errors import EngineDead, LlmqError
-from schemas.events import ChoiceOutput, Timings, Usage
+from schemas.events import ChoiceOutput, Timings, TokenLogprob, Usage
 from schemas.jobs import CANCELLED_MESSAGE, JobStatus
 from schemas.messages import ROW_WAIT_S
 from schemas.queues import SERVICE_MS_KEY, Priority
@@ -171,6 +171,7 @@ def _finish(
             timings=timings,
             in_conversation=in_conversation(claimed.request),
             choices=generation.choices,
+            logprobs=_logprobs_to_keep(claimed, publisher, generation),
         ),
         what=f"record the result of job {job_id}",
     )
@@ -205,6 +206,17 @@ def _finish(
             total_ms=timings.total_ms,
             completion_tokens=usage.completion_tokens,
         )
+
+
+def _logprobs_to_keep(
+    claimed: ClaimedJob, publisher: StreamPublisher, generation: Generation
+) -> list[list[TokenLogprob]] | None:
+    """Each choice's token log probabilities, for a job that asked for them (its row
+    keeps them: a batch's output is built from rows); None otherwise."""
+    sampling = claimed.request.get("sampling")
+    if not isinstance(sampling, dict) or sampling.get("logprobs") is None:
+        return None
+    return publisher.logprobs_by_choice(len(generation.choices) if generation.choices else 1)
 
 
 # The tier's moving average of service time, folded in one round trip (and atomically:

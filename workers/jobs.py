@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from schemas.boundary import database_boundary
 from schemas.db import job_row_exists, one_statement
 from schemas.db_clock import db_now
-from schemas.events import ChoiceOutput, Timings, Usage
+from schemas.events import ChoiceOutput, Timings, TokenLogprob, Usage
 from schemas.jobs import JobStatus
 from schemas.retry import retry_call
 from schemas.tables import Job, as_utc
@@ -185,10 +185,12 @@ def finish_job(
     timings: Timings,
     in_conversation: bool = True,
     choices: Sequence[ChoiceOutput] | None = None,
+    logprobs: Sequence[Sequence[TokenLogprob]] | None = None,
 ) -> bool:
     """Record the output of ``attempt``; False (nothing written) if the job ended or
     moved on to another attempt. ``choices``: every choice of a job that asked for
-    several (``text`` and ``finish_reason`` are the first one's).
+    several (``text`` and ``finish_reason`` are the first one's). ``logprobs``: each
+    choice's tokens with their log probabilities, for a job that asked for them.
 
     A job outside a conversation (``in_conversation`` False) is recorded with one
     conditional ``UPDATE`` in autocommit: its final event waits for this write, and on
@@ -210,6 +212,10 @@ def finish_job(
     }
     if choices is not None:
         outcome["output_choices"] = [choice.model_dump(mode="json") for choice in choices]
+    if logprobs is not None:
+        outcome["output_logprobs"] = [
+            [token.model_dump(mode="json") for token in choice] for choice in logprobs
+        ]
     if not in_conversation:
         finish = (
             update(Job)

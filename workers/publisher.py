@@ -108,6 +108,15 @@ class StreamPublisher:
                 choice.finish_reason = event.finish_reason or choice.finish_reason
         return choices
 
+    def logprobs_by_choice(self, n: int) -> list[list[TokenLogprob]]:
+        """Each of ``n`` choices' tokens with their log probabilities, in order, as
+        every attempt streamed them (a resumed answer's earlier tokens included)."""
+        choices: list[list[TokenLogprob]] = [[] for _ in range(n)]
+        for event in (parse_event(raw) for raw in self._sent):
+            if isinstance(event, TokenEvent) and event.logprobs and event.index < n:
+                choices[event.index].extend(event.logprobs)
+        return choices
+
     def final(
         self,
         *,

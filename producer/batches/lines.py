@@ -68,7 +68,7 @@ def parse_line(
     Raises ``LineInvalid`` naming the first problem: not a JSON object, a missing or
     oversized ``custom_id``, a method other than POST, a ``url`` other than the
     batch's endpoint, a body that is not a request of that endpoint llmq serves
-    (unknown model, streaming, logprobs, too many or too long messages or prompt).
+    (unknown model, streaming, too many or too long messages or prompt).
     """
     try:
         data = json.loads(raw)
@@ -101,7 +101,10 @@ def parse_line(
 
 
 def _check_served(request: ChatCompletionRequest | CompletionRequest) -> None:
-    """Raise ``LineInvalid`` for an unknown model or a line that asks to stream."""
+    """Raise ``LineInvalid`` for an unknown model or a line that asks to stream.
+
+    A line may ask for ``logprobs`` (and ``top_logprobs``): its job's row keeps them,
+    and its output line carries them as the endpoint's answer does."""
     if request.model not in MODELS:
         raise LineInvalid(
             f"unknown model {request.model!r}; use one of {', '.join(MODELS)}",
@@ -109,9 +112,6 @@ def _check_served(request: ChatCompletionRequest | CompletionRequest) -> None:
         )
     if request.stream:
         raise LineInvalid("a batch line cannot stream: leave stream unset or false")
-    if request.logprobs:
-        # A batch's output is built from the job rows, which keep the text alone.
-        raise LineInvalid("a batch line cannot ask for logprobs: leave logprobs unset or false")
 
 
 def _embeddings(body: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from producer.gateway.protocol.chat import completion
 from producer.gateway.protocol.embeddings import embeddings_list
 from producer.gateway.protocol.text_completions import text_completion
 from schemas.embeddings import unpack_base64, unpack_vectors
-from schemas.events import ChoiceOutput, Timings, Usage
+from schemas.events import ChoiceOutput, Timings, TokenLogprob, Usage
 from schemas.jobs import JobStatus
 from schemas.queues import Tier
 from schemas.tables import Batch, BatchFile, Job, as_utc
@@ -90,10 +90,12 @@ def output_line(job: Job) -> str:
     if job.tier == Tier.EMBED:
         body = _embeddings_body(job, common)
     else:
+        top, tokens = _kept_logprobs(job, common)
         if request.get("raw_prompt"):
-            body = text_completion(**common)
+            body = text_completion(**common, logprobs=top, tokens=tokens)
         else:
-            body = completion(**common, tool_use=stored_tool_use(request))
+            logprobs = tokens if top is not None else None
+            body = completion(**common, tool_use=stored_tool_use(request), logprobs=logprobs)
         body["created"] = epoch(job.finished_at) or body["created"]
     line = {
         "id": f"batch_req_{job.id}",
@@ -102,6 +104,28 @@ def output_line(job: Job) -> str:
         "error": None,
     }
     return json.dumps(line, ensure_ascii=False)
+
+
+def _kept_logprobs(job: Job, common: dict[str, Any]) -> tuple[int | None, list[TokenLogprob]]:
+    """How many top log probabilities the line asked for (None: none), and the first
+    choice's tokens as its row keeps them; each of several choices gets its own in
+    ``common["choices"]``."""
+    sampling = (job.request or {}).get("sampling") or {}
+    top = sampling.get("logprobs") if isinstance(sampling, dict) else None
+    if not isinstance(top, int):
+        return None, []
+    kept = [
+        [TokenLogprob.model_validate(t) for t in choice] for choice in job.output_logprobs or []
+    ]
+    choices: list[ChoiceOutput] | None = common["choices"]
+    if choices is not None:
+        common["choices"] = [
+            choice.model_copy(
+                update={"logprobs": kept[choice.index] if choice.index < len(kept) else []}
+            )
+            for choice in choices
+        ]
+    return top, kept[0] if kept else []
 
 
 def _embeddings_body(job: Job, common: dict[str, Any]) -> dict[str, Any]:
