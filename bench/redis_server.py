@@ -6,6 +6,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
@@ -59,13 +60,25 @@ class RedisServer:
 
     def _wait_until_up(self) -> None:
         client = redis.Redis(port=self.port)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                client.close()
-                return
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        try:
+            wait_for_ping(client, timeout_s=10)
+        finally:
+            client.close()
+
+
+def wait_for_ping(
+    client: redis.Redis, *, timeout_s: float, alive: Callable[[], None] = lambda: None
+) -> None:
+    """Return once ``client``'s server answers a PING; after ``timeout_s`` seconds,
+    raise the ``ConnectionError`` of the last try. ``alive`` runs before each try and
+    raises where waiting longer is pointless (the server's process died)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive()
+        try:
+            client.ping()
+            return
+        except redis.ConnectionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import redis
 
-from bench.redis_server import free_port
+from bench.redis_server import free_port, wait_for_ping
 from producer.client import Client
 from schemas.errors import BrokerUnavailable, LlmqError
 from schemas.events import AnyEvent, FinalEvent, is_terminal, parse_event
@@ -82,20 +82,14 @@ class _Node:
 
     def wait_until_up(self, timeout_s: float) -> None:
         client = self.client()
-        deadline = time.monotonic() + timeout_s
         try:
-            while True:
-                if self._process is not None and self._process.poll() is not None:
-                    raise RuntimeError(f"{self.name} exited; see {self._log_path}")
-                try:
-                    client.ping()
-                    return
-                except redis.ConnectionError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.05)
+            wait_for_ping(client, timeout_s=timeout_s, alive=self._alive)
         finally:
             client.close()
+
+    def _alive(self) -> None:
+        if self._process is not None and self._process.poll() is not None:
+            raise RuntimeError(f"{self.name} exited; see {self._log_path}")
 
 
 class SentinelLab:
