@@ -56,29 +56,31 @@ def apply_policy(prediction: Prediction, config: PolicyConfig) -> PolicyDecision
             escalated=True,
         )
     if prediction.familiarity < config.min_familiarity and prediction.tier is not Tier.LARGE:
-        tier = one_up(prediction.tier)
-        return PolicyDecision(
-            tier,
+        return _escalated(
+            prediction,
             min(prediction.confidence, prediction.familiarity),
-            f"classified {prediction.tier} but the text is unfamiliar (familiarity "
-            f"{prediction.familiarity:.2f} < {config.min_familiarity}, another language or "
-            f"gibberish?): escalated to {tier}",
-            escalated=True,
+            f"but the text is unfamiliar (familiarity {prediction.familiarity:.2f} < "
+            f"{config.min_familiarity}, another language or gibberish?)",
         )
     if prediction.confidence < config.min_confidence and prediction.tier is not Tier.LARGE:
-        tier = one_up(prediction.tier)
-        return PolicyDecision(
-            tier,
+        return _escalated(
+            prediction,
             prediction.confidence,
-            f"classified {prediction.tier} with low confidence "
-            f"{prediction.confidence:.2f} < {config.min_confidence}: escalated to {tier}",
-            escalated=True,
+            f"with low confidence {prediction.confidence:.2f} < {config.min_confidence}",
         )
     return PolicyDecision(
         prediction.tier,
         prediction.confidence,
         f"classified {prediction.tier} ({prediction.confidence:.2f})",
         escalated=False,
+    )
+
+
+def _escalated(prediction: Prediction, confidence: float, why: str) -> PolicyDecision:
+    """One tier above the predicted one, because of ``why``."""
+    tier = one_up(prediction.tier)
+    return PolicyDecision(
+        tier, confidence, f"classified {prediction.tier} {why}: escalated to {tier}", escalated=True
     )
 
 
