@@ -17,7 +17,8 @@ from datetime import datetime
 from typing import IO, Any, Protocol, TypeVar
 
 from sqlalchemy import delete, func, select, update
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import InstrumentedAttribute, Session, sessionmaker
+from sqlalchemy.sql.elements import ColumnElement
 
 from producer.batches.lines import EMBEDDINGS_ENDPOINT, ENDPOINTS
 from producer.batches.results import (
@@ -160,25 +161,32 @@ def _quota_reached(message: str, quota: str) -> QuotaExceeded:
     return QuotaExceeded(message, quota=quota, retry_after_s=QUOTA_RETRY_S)
 
 
+def _count_and_sum(
+    session: Session, summed: InstrumentedAttribute[int], *where: ColumnElement[bool]
+) -> tuple[int, int]:
+    """How many rows match ``where``, and the sum of ``summed`` over them (0 for none):
+    what a quota on a count and a total checks."""
+    count, total = session.execute(
+        select(func.count(), func.coalesce(func.sum(summed), 0)).where(*where)
+    ).one()
+    return int(count), int(total)
+
+
 def _check_file_quota(session: Session, owner: str, quotas: Quotas, *, adding: int) -> None:
     """Raise ``QuotaExceeded`` if ``owner`` may not store one more file of ``adding``
     bytes (with 0: if it is already at either quota)."""
-    count, size = session.execute(
-        select(func.count(), func.coalesce(func.sum(BatchFile.bytes), 0)).where(
-            BatchFile.owner == owner, BatchFile.purpose == INPUT_PURPOSE
-        )
-    ).one()
-    if int(count) >= quotas.files:
+    count, size = _count_and_sum(
+        session, BatchFile.bytes, BatchFile.owner == owner, BatchFile.purpose == INPUT_PURPOSE
+    )
+    if count >= quotas.files:
         raise _quota_reached(
-            f"file quota reached: this key stores {int(count)} files, the limit is "
+            f"file quota reached: this key stores {count} files, the limit is "
             f"{quotas.files}; delete some (DELETE /v1/files/{{id}}) to upload more",
             "files",
         )
-    if int(size) + adding > quotas.stored_bytes or (
-        adding == 0 and int(size) >= quotas.stored_bytes
-    ):
+    if size + adding > quotas.stored_bytes or (adding == 0 and size >= quotas.stored_bytes):
         raise _quota_reached(
-            f"stored bytes quota reached: this key stores {int(size)} bytes of files"
+            f"stored bytes quota reached: this key stores {size} bytes of files"
             + (f", and this upload adds {adding}" if adding else "")
             + f"; the limit is {quotas.stored_bytes}; delete files to upload more",
             "stored_bytes",
@@ -387,21 +395,19 @@ def upload_batch(
 
 
 def _check_batch_quota(session: Session, owner: str, quotas: Quotas, *, adding: int) -> None:
-    count, lines = session.execute(
-        select(func.count(), func.coalesce(func.sum(Batch.total), 0)).where(
-            Batch.owner == owner, Batch.status.in_([s.value for s in ACTIVE])
-        )
-    ).one()
-    if int(count) >= quotas.batches:
+    count, lines = _count_and_sum(
+        session, Batch.total, Batch.owner == owner, Batch.status.in_([s.value for s in ACTIVE])
+    )
+    if count >= quotas.batches:
         raise _quota_reached(
-            f"batches in flight quota reached: this key has {int(count)} batches not yet "
+            f"batches in flight quota reached: this key has {count} batches not yet "
             f"ended, the limit is {quotas.batches}",
             "batches_in_flight",
         )
-    if int(lines) + adding > quotas.lines:
+    if lines + adding > quotas.lines:
         raise _quota_reached(
             f"lines in flight quota reached: this key's unfinished batches hold "
-            f"{int(lines)} lines and this one adds {adding}; the limit is {quotas.lines}",
+            f"{lines} lines and this one adds {adding}; the limit is {quotas.lines}",
             "lines_in_flight",
         )
 
