@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+from typing import Any
 
 import openai
 import pytest
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.integration
 
 def run_batch(
     config: Settings, client: openai.OpenAI, endpoint: str, body: dict[str, object]
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """One line's batch, its job run by the worker's job runner; its output line's body."""
     data = jsonl(json.dumps({"custom_id": "x", "method": "POST", "url": endpoint, "body": body}))
     uploaded = client.files.create(file=("l.jsonl", io.BytesIO(data)), purpose="batch")
@@ -46,7 +47,7 @@ def run_batch(
     done = client.batches.retrieve(batch.id)
     assert done.status == "completed" and done.output_file_id, done
     [line] = [json.loads(x) for x in client.files.content(done.output_file_id).text.splitlines()]
-    body_: dict[str, object] = line["response"]["body"]
+    body_: dict[str, Any] = line["response"]["body"]
     return body_
 
 
@@ -63,7 +64,7 @@ def test_a_chat_line_asking_for_logprobs_gets_them_in_its_output(
         "top_logprobs": 1,
     }
     answer = run_batch(settings, client, "/v1/chat/completions", body)
-    [choice] = answer["choices"]  # type: ignore[misc]
+    [choice] = answer["choices"]
     content = choice["logprobs"]["content"]
     assert [(t["token"], t["logprob"]) for t in content] == [("Hel", -1.0), ("lo", -2.0)]
     assert content[0]["top_logprobs"] == [{"token": "x", "logprob": -2.0, "bytes": None}]
@@ -77,7 +78,7 @@ def test_a_completions_line_asking_for_logprobs_gets_the_legacy_block(
     client = sdk(gateway_url, new_key(settings, "owner"))
     body = {"model": "small", "prompt": "Once", "max_tokens": 4, "logprobs": 1}
     answer = run_batch(settings, client, "/v1/completions", body)
-    [choice] = answer["choices"]  # type: ignore[misc]
+    [choice] = answer["choices"]
     assert choice["logprobs"]["tokens"] == ["Hel", "lo"]
     assert choice["logprobs"]["token_logprobs"] == [-1.0, -2.0]
     assert choice["logprobs"]["text_offset"] == [0, 3]
