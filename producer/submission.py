@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from producer.limits import check_fits
 from producer.router.route import Router
-from schemas.errors import InvalidRequest
+from schemas.errors import InvalidRequest, validation_problems
 from schemas.prompt_registry import PromptRegistry
 from schemas.requests import EnqueueOptions, GenerationRequest, RoutingDecision
 from schemas.settings import Settings
@@ -115,8 +115,4 @@ def _validate(model: type[M], data: dict[str, Any], what: str) -> M:
 
 def describe_validation_error(exc: ValidationError) -> str:
     """One line per problem: where it is and what is wrong."""
-    problems = []
-    for error in exc.errors():
-        where = ".".join(str(part) for part in error["loc"]) or "value"
-        problems.append(f"{where}: {error['msg']}")
-    return "; ".join(problems)
+    return validation_problems(exc.errors())

@@ -6,6 +6,9 @@ caller catches ``LlmqError`` and shows ``str(exc)`` instead of a traceback.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from typing import Any
+
 
 class LlmqError(Exception):
     """Root of every error llmq raises deliberately; its message is meant for people."""
@@ -98,3 +101,16 @@ class EngineError(LlmqError):
 
 class EngineDead(EngineError):
     """The engine's process died; this worker cannot serve until it restarts."""
+
+
+def validation_problems(
+    errors: Iterable[Mapping[str, Any]], *, whole: str = "value", skip: int = 0
+) -> str:
+    """Validation errors (pydantic's ``errors()``) as people read them: one
+    ``where: what`` each, joined with ``; ``. ``where`` is the error's location dotted,
+    less its first ``skip`` parts (a request's ``body``), or ``whole`` where the error
+    is the whole value's."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in list(error['loc'])[skip:]) or whole}: {error['msg']}"
+        for error in errors
+    )

@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from schemas.errors import ConfigError
+from schemas.errors import ConfigError, validation_problems
 from schemas.queues import Priority, Tier
 
 BUNDLED_MODEL = "bundled:smollm2-135m"
@@ -357,7 +357,9 @@ class Settings(BaseSettings):
                 tiers = _load_tiers_file(settings.tiers_file)
                 settings = cls(**{**overrides, "tiers": tiers})
         except ValidationError as exc:
-            raise ConfigError(f"invalid llmq settings: {_summarize(exc)}") from exc
+            raise ConfigError(
+                f"invalid llmq settings: {validation_problems(exc.errors(), whole='settings')}"
+            ) from exc
         return settings
 
     def tier(self, tier: Tier) -> TierConfig:
@@ -405,10 +407,3 @@ def _load_tiers_file(path: Path) -> dict[str, Any]:
     if not isinstance(loaded, dict):
         raise ConfigError(f"tier table {path} must be a JSON object keyed by tier")
     return loaded
-
-
-def _summarize(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(part) for part in error['loc']) or 'settings'}: {error['msg']}"
-        for error in exc.errors()
-    )

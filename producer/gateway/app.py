@@ -22,7 +22,7 @@ from producer.gateway.routes.conversations import add_conversation_routes
 from producer.gateway.routes.jobs import add_job_routes
 from producer.gateway.routes.openai import add_openai_routes
 from producer.gateway.routes.probes import add_probe_routes
-from schemas.errors import LlmqError
+from schemas.errors import LlmqError, validation_problems
 from schemas.settings import Settings
 
 OPENAPI_PATH = "/openapi.json"
@@ -80,9 +80,7 @@ async def _llmq_error(_request: Request, exc: LlmqError) -> JSONResponse:
 
 
 async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
-    problems = "; ".join(
-        f"{'.'.join(str(p) for p in e['loc'][1:]) or 'body'}: {e['msg']}" for e in exc.errors()
-    )
+    problems = validation_problems(exc.errors(), whole="body", skip=1)
     return error_response(GatewayError(f"invalid request: {problems}", BAD_REQUEST))
 
 

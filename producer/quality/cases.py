@@ -32,7 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from schemas.errors import ConfigError
+from schemas.errors import ConfigError, validation_problems
 
 BUNDLED_CASES = Path(__file__).resolve().parent / "data" / "cases.jsonl"
 """The case file shipped with llmq (customer service, arithmetic, extraction...)."""
@@ -118,9 +118,8 @@ def parse_cases(lines: list[str], *, source: str = "<cases>") -> list[Case]:
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{source}:{number}: not JSON ({exc.msg})") from exc
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"]) or "case"
-            raise ConfigError(f"{source}:{number}: {where}: {first['msg']}") from exc
+            first = validation_problems(exc.errors()[:1], whole="case")
+            raise ConfigError(f"{source}:{number}: {first}") from exc
         if case.id in seen:
             raise ConfigError(f"{source}:{number}: duplicate case id {case.id!r}")
         seen.add(case.id)
