@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import redis
 from celery import Celery, Task
+from sqlalchemy.orm import Session, sessionmaker
 
 from schemas.broker import redis_client
 from schemas.db import make_engine, make_sessions
@@ -162,7 +164,7 @@ def _phase(registration: WorkerRegistration, options: EmbedWorkerOptions, phase:
 
 
 def _helpers(
-    app: EmbedCelery, settings: Settings, sessions: Any, client: Any
+    app: EmbedCelery, settings: Settings, sessions: sessionmaker[Session], client: redis.Redis
 ) -> list[BackgroundLoop]:
     """The reaper of dead workers' jobs (of every tier, as every worker runs one)."""
 
