@@ -99,6 +99,8 @@ def _serve(
             view.say(f"ready: one warm worker for each of {names}. Try:")
             view.say("  llmq submit 'Where is my order?'   # streams an answer")
             view.say("  llmq top                           # queues, workers, latency, live")
+            if Tier.EMBED in tiers:
+                view.say("  llmq gateway, then POST /v1/embeddings with model embed")
             if log_path is not None and (note := explain_notes(log_path)):
                 view.say(f"note: {note}")
             view.say("Ctrl-C stops everything.")
