@@ -3,7 +3,6 @@ name; what is served reaches the job's request, the engine's options and vLLM.""
 
 from __future__ import annotations
 
-import json
 import queue
 from typing import Any
 
@@ -391,12 +390,6 @@ def test_logprobs_and_top_logprobs_become_the_requests_sampling() -> None:
 def test_malformed_logprobs_are_refused(fields: dict[str, Any], where: str) -> None:
     problems = refusal({**BODY, **fields})
     assert any(place == where for place, _ in problems), problems
-
-
-def test_a_batch_line_cannot_ask_for_logprobs() -> None:
-    body = {"model": "auto", "messages": HI, "logprobs": True}
-    with pytest.raises(LineInvalid, match="logprobs"):
-        parse_line(json.dumps({"custom_id": "a", "body": body}))
 
 
 class _Logprob:
