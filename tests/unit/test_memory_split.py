@@ -118,5 +118,5 @@ def test_llmq_up_names_an_unknown_tier_in_one_line(
     monkeypatch.delenv("LLMQ_TIERS_FILE", raising=False)
     assert cli.main(["up", "--tiers", "small,tiny"]) == 1
     assert capsys.readouterr().err == (
-        "llmq: error: no tier 'tiny' (use small, medium, large or all)\n"
+        "llmq: error: no tier 'tiny' (use small, medium, large, embed or all)\n"
     )
