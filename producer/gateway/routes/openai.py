@@ -28,6 +28,7 @@ from producer.gateway.serving.common import (
 )
 from producer.gateway.serving.embeddings import EmbeddingServing
 from producer.gateway.serving.text_completions import TextCompletionServing
+from schemas.queues import EMBED_TIER
 
 
 class OpenAiRoutes:
@@ -44,7 +45,9 @@ class OpenAiRoutes:
         await self.gateway.identify(request)
         data = [
             {"id": m, "object": "model", "created": 0, "owned_by": "llmq"}
-            for m in served_models(self.gateway.settings)
+            # The embedding model answers /v1/embeddings only, so chat errors do not
+            # offer it; a model listing names it like any other.
+            for m in [*served_models(self.gateway.settings), EMBED_TIER]
         ]
         return {"object": "list", "data": data}
 
