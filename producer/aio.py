@@ -166,6 +166,7 @@ class AsyncClient:
             terminal_lookup=lookup,
             subscriptions=self._subscriptions,
             early=early,
+            reconnect_budget_s=self.settings.timeouts.stream_reconnect_s,
         )
 
     async def aclose(self) -> None:

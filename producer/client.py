@@ -57,8 +57,6 @@ from schemas.tables import Job
 
 log = logging.getLogger(__name__)
 
-SLOW_SUBMIT_S = 0.5
-"""A submit slower than this is logged with where its time went."""
 CANCEL_PIPELINE = 1000
 """Streams closed per pipeline when a batch's queued jobs are cancelled at once."""
 
@@ -245,7 +243,7 @@ class Client:
         else:
             job = self._record_then_enqueue(submission, job_id, before)
         done = time.monotonic()
-        if done - started > SLOW_SUBMIT_S:
+        if done - started > self.settings.timeouts.slow_submit_log_s:
             # Time a caller waits before its job exists: worth an operator's look.
             log.warning(
                 "slow submit of %s job %s: %.0f ms to validate and route, %.0f ms to "
@@ -506,6 +504,7 @@ class Client:
             terminal_lookup=lookup,
             subscriptions=self._subscriptions,
             early=early,
+            reconnect_budget_s=self.settings.timeouts.stream_reconnect_s,
         )
 
     def give_back(self, early: SyncPubSub, job_id: str) -> None:

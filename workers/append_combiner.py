@@ -30,10 +30,12 @@ import redis
 
 from schemas.retry import retry_call
 from schemas.stream_log import EventLog
+from schemas.timeouts import DEFAULT_TIMEOUTS
 
 # A Redis restart or failover takes seconds; events wait for it in order rather than
-# failing a job whose generation is fine.
-PUBLISH_RETRY_DELAYS_S = (0.1, 0.25, 0.5, 1.0, 2.0, 2.0, 4.0, 4.0, 8.0, 8.0)
+# failing a job whose generation is fine. The default of
+# ``settings.timeouts.publish_retry_delays_s``, for a combiner built without settings.
+PUBLISH_RETRY_DELAYS_S = DEFAULT_TIMEOUTS.publish_retry_delays_s
 
 
 @dataclass

@@ -3,11 +3,11 @@
 A job's end (done, failed, back to its queue) is written with quick retries first
 (``workers.jobs.with_db_retry``, about a minute in all). Should the database stay
 away longer, the write is not dropped: it waits here and is tried again every
-``RETRY_INTERVAL_S`` for as long as the worker lives. Dropped, it would leave the
-row ``running`` under a live worker until the reaper found that worker no longer
-holds the job (``workers.held_jobs``, half a minute) and sent it again; once the
-database is back, a held write lands well before that. Should this worker die first,
-its rows are a dead worker's, and the reaper recovers them.
+``settings.timeouts.deferred_write_retry_s`` for as long as the worker lives.
+Dropped, it would leave the row ``running`` under a live worker until the reaper
+found that worker no longer holds the job (``workers.held_jobs``, half a minute) and
+sent it again; once the database is back, a held write lands well before that.
+Should this worker die first, its rows are a dead worker's, and the reaper recovers them.
 """
 
 from __future__ import annotations
@@ -19,11 +19,13 @@ from dataclasses import dataclass
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from schemas.timeouts import DEFAULT_TIMEOUTS
 from workers.background import BackgroundLoop
 
 log = logging.getLogger(__name__)
 
-RETRY_INTERVAL_S = 5.0
+RETRY_INTERVAL_S = DEFAULT_TIMEOUTS.deferred_write_retry_s
+"""The default of ``settings.timeouts.deferred_write_retry_s``, for writes held without settings."""
 
 Write = Callable[[], bool]
 """A conditional row write: True when it landed, False when the row had moved on."""

@@ -464,7 +464,7 @@ def _record(
     """Write a job's end through a database blip; None if the database stayed down,
     and then the write waits in ``runtime.deferred``. ``then`` is told the write's
     result once it ran, now or after the outage."""
-    recorded = with_db_retry(write, what=what)
+    recorded = with_db_retry(write, what=what, delays=runtime.settings.timeouts.db_retry_delays_s)
     if recorded is None:
         runtime.deferred.add(what, write, then=then)
     elif then is not None:

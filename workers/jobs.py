@@ -21,6 +21,7 @@ from schemas.events import ChoiceOutput, Timings, TokenLogprob, Usage
 from schemas.jobs import JobStatus
 from schemas.retry import retry_call
 from schemas.tables import Job, as_utc
+from schemas.timeouts import DEFAULT_TIMEOUTS
 from workers.conversations import record_turns
 
 log = logging.getLogger(__name__)
@@ -267,18 +268,23 @@ def _still_ours(job: Job | None, attempt: int) -> TypeGuard[Job]:
     return job is not None and not JobStatus(job.status).is_final and job.attempts == attempt
 
 
-# About a minute in all: a database failover, not only a blip.
-DB_RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0, 5.0, 10.0, 10.0, 15.0, 15.0)
+# About a minute in all: a database failover, not only a blip. The default of
+# ``settings.timeouts.db_retry_delays_s``, for a caller without settings.
+DB_RETRY_DELAYS_S = DEFAULT_TIMEOUTS.db_retry_delays_s
 
 
-def with_db_retry(write: Callable[[], bool], *, what: str) -> bool | None:
+def with_db_retry(
+    write: Callable[[], bool], *, what: str, delays: Sequence[float] | None = None
+) -> bool | None:
     """Run a database write, retrying through an outage; return what it returned.
 
-    A job whose output exists must not lose its record to a database blip. None if
-    the database stayed down (logged); the outcome is then still published.
+    ``delays`` are the waits between tries (None: ``DB_RETRY_DELAYS_S``). A job whose
+    output exists must not lose its record to a database blip. None if the database
+    stayed down (logged); the outcome is then still published.
     """
+    waits = DB_RETRY_DELAYS_S if delays is None else delays
     try:
-        return retry_call(write, delays=DB_RETRY_DELAYS_S, retry_on=SQLAlchemyError, what=what)
+        return retry_call(write, delays=waits, retry_on=SQLAlchemyError, what=what)
     except SQLAlchemyError:
         log.exception("could not %s; the database stayed unavailable", what)
         return None

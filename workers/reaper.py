@@ -6,7 +6,8 @@ is recovered:
 
 * **Messages of dead workers.** Every message a worker took off a queue and did not
   acknowledge (claimed or not yet) is recorded under its id (``workers.transport``).
-  When the worker has been missing from the registry for ``MISSING_GRACE_S``, those
+  When the worker has been missing from the registry for ``reaper_missing_grace_s``
+  (``settings.timeouts``, as are the other waits named here), those
   messages go back to the front of their queues, within seconds rather than after
   Celery's visibility timeout, which stays as the last backstop.
 * **Jobs of dead workers.** A running row whose worker is missing the same way goes
@@ -15,7 +16,7 @@ is recovered:
   cannot loop. A copy of a message that arrives twice claims nothing.
 * **Jobs a live worker lost track of.** A running row whose worker is alive but has
   not held the job (``held_jobs`` in its heartbeat, ``workers.held_jobs``) for
-  ``UNHELD_GRACE_S`` is recovered the same way: its task ended without its end being
+  ``reaper_unheld_grace_s`` is recovered the same way: its task ended without its end being
   written (a write the database kept refusing, a bug). A worker too old to report
   what it holds is left alone.
 * **Queued jobs past their deadline** end ``expired`` without running.
@@ -49,24 +50,25 @@ from schemas.queues import (
     worker_key,
 )
 from schemas.tables import Job
+from schemas.timeouts import DEFAULT_TIMEOUTS
 from workers.background import BackgroundLoop
 from workers.publisher import StreamPublisher
 
 log = logging.getLogger(__name__)
 
-REAP_INTERVAL_S = 1.0
-# Longer than a few missed heartbeats, so a Redis restart (which drops every
-# registry entry until the next heartbeat) does not look like dead workers.
-MISSING_GRACE_S = 2.0
-
-# A queued job older than this with no message anywhere lost it: the periodic sweep
-# sends it again (a worker's death triggers the sweep at once).
-LOST_MESSAGE_AGE_S = 10.0
-SWEEP_INTERVAL_S = 60.0
-# Many heartbeats: a job claimed just now is in its worker's next one, within a second.
-# Longer than a deferred write's retry (workers.deferred_writes), which lands first
-# once the database is back.
-UNHELD_GRACE_S = 30.0
+# The defaults of ``settings.timeouts``' reaper fields (schemas.timeouts), for a reaper
+# built without settings. The missing grace is longer than a few missed heartbeats, so a
+# Redis restart (which drops every registry entry until the next heartbeat) does not
+# look like dead workers. A queued job older than the lost-message age with no message
+# anywhere lost it: the periodic sweep sends it again (a worker's death triggers the
+# sweep at once). The unheld grace spans many heartbeats (a job claimed just now is in
+# its worker's next one) and is longer than a deferred write's retry
+# (workers.deferred_writes), which lands first once the database is back.
+REAP_INTERVAL_S = DEFAULT_TIMEOUTS.reaper_interval_s
+MISSING_GRACE_S = DEFAULT_TIMEOUTS.reaper_missing_grace_s
+LOST_MESSAGE_AGE_S = DEFAULT_TIMEOUTS.lost_message_age_s
+SWEEP_INTERVAL_S = DEFAULT_TIMEOUTS.lost_message_sweep_s
+UNHELD_GRACE_S = DEFAULT_TIMEOUTS.reaper_unheld_grace_s
 
 SendJob = Callable[[str, Tier, Priority], None]
 FindMessages = Callable[[], set[str]]
@@ -104,6 +106,7 @@ class Reaper:
     grace_s: float = MISSING_GRACE_S
     unheld_grace_s: float = UNHELD_GRACE_S
     sweep_interval_s: float = SWEEP_INTERVAL_S
+    lost_message_age_s: float = LOST_MESSAGE_AGE_S
     variants: tuple[Tier, ...] = ()
     """Configured variants, whose queues are looked after like the base tiers'."""
     _missing_since: dict[str, float] = field(default_factory=dict)
@@ -149,7 +152,9 @@ class Reaper:
         )
         if not (now_due or periodic):
             return 0
-        queued = queued_rows_before(self.sessions, age_s=1.0 if now_due else LOST_MESSAGE_AGE_S)
+        queued = queued_rows_before(
+            self.sessions, age_s=1.0 if now_due else self.lost_message_age_s
+        )
         if not queued:
             return 0
         present = self.messages_in_broker()

@@ -12,13 +12,15 @@ import redis
 
 from schemas.queues import Tier, worker_key
 from schemas.registry import WorkerEntry, write_entry
+from schemas.timeouts import DEFAULT_TIMEOUTS
 from workers.background import BackgroundLoop
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_S = 1.0
-# A worker that misses a few heartbeats disappears from the registry by itself.
-EXPIRY_S = 3
+# The defaults of ``settings.timeouts.heartbeat_s`` and ``registry_expiry_s``: a worker
+# that misses a few heartbeats disappears from the registry by itself.
+HEARTBEAT_S = DEFAULT_TIMEOUTS.heartbeat_s
+EXPIRY_S = DEFAULT_TIMEOUTS.registry_expiry_s
 
 
 @dataclass(frozen=True)
@@ -47,9 +49,13 @@ class WorkerRegistration(BackgroundLoop):
         tier: Tier,
         concurrency: int,
         in_flight: Callable[[], int] = lambda: 0,
+        heartbeat_s: float = HEARTBEAT_S,
+        expiry_s: int = EXPIRY_S,
     ) -> None:
         super().__init__()
         self._redis = client
+        self._heartbeat_s = heartbeat_s
+        self._expiry_s = expiry_s
         self._key = worker_key(worker_id)
         self._in_flight = in_flight
         self._stats: Callable[[], dict[str, Any]] | None = None
@@ -109,7 +115,7 @@ class WorkerRegistration(BackgroundLoop):
             log.warning("could not remove worker entry %s", self._key)
 
     def run(self) -> None:
-        while not self._stopping.wait(HEARTBEAT_S):
+        while not self._stopping.wait(self._heartbeat_s):
             try:
                 self._write()
             except redis.RedisError as exc:
@@ -129,4 +135,4 @@ class WorkerRegistration(BackgroundLoop):
                 "seen_at": time.time(),
             }
         )
-        write_entry(self._redis, entry, expiry_s=EXPIRY_S)
+        write_entry(self._redis, entry, expiry_s=self._expiry_s)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from schemas.prompt_registry import PromptCatalog, SystemPrompt
 from schemas.queues import Tier
+from schemas.timeouts import DEFAULT_TIMEOUTS
 from workers.background import BackgroundLoop
 from workers.engine.base import BACKGROUND_PRIORITY, Engine, SamplingOptions
 from workers.jobs import claim_job
@@ -30,7 +31,8 @@ TIMING_TOKENS = 12
 TIMING_RUNS = 2
 PREFILL_USER_TURNS = ("Hi.", "Thanks, one more question please.")
 PREFILL_TOKENS = 4
-CHECK_EVERY_S = 10.0
+CHECK_EVERY_S = DEFAULT_TIMEOUTS.prompt_check_s
+"""The default of ``settings.timeouts.prompt_check_s``."""
 
 
 def warm_up(engine: Engine, *, concurrency: int = 2) -> float:
@@ -156,8 +158,10 @@ class KeepWarm(BackgroundLoop):
         *,
         tier: Tier,
         interval_s: float,
+        check_s: float = CHECK_EVERY_S,
     ) -> None:
         super().__init__()
+        self._check_s = check_s
         self._engine = engine
         self._catalog = catalog
         self._stats = stats
@@ -173,7 +177,7 @@ class KeepWarm(BackgroundLoop):
         self._last_prefill = time.monotonic()
 
     def run(self) -> None:
-        while not self._stopping.wait(CHECK_EVERY_S):
+        while not self._stopping.wait(self._check_s):
             try:
                 reason = self._due()
                 if reason:

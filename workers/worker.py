@@ -26,6 +26,7 @@ from workers.append_combiner import AppendCombiner
 from workers.background import BackgroundLoop
 from workers.consumer_step import ConsumerDriver, install_driver
 from workers.cpu_pinning import pin_off_compute_cores
+from workers.deferred_writes import DeferredWrites
 from workers.engine.vllm import VllmEngine
 from workers.engine_watch import EngineWatch
 from workers.metrics import WorkerMetrics
@@ -90,6 +91,7 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
     check_engine_config(options.tier, tier_config, device)
     concurrency = options.concurrency or tier_config.concurrency
     worker_id = make_worker_id(options.tier)
+    timeouts = settings.timeouts
     client = redis_client(settings.broker_url)
     _require_redis(client, settings.broker_url)
 
@@ -103,13 +105,20 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
             tier_config = served.config
             log.info("tier %s serves the promoted variant %s", options.tier, served.name)
         registration = WorkerRegistration(
-            client, worker_id=worker_id, tier=options.tier, concurrency=concurrency
+            client,
+            worker_id=worker_id,
+            tier=options.tier,
+            concurrency=concurrency,
+            heartbeat_s=timeouts.heartbeat_s,
+            expiry_s=timeouts.registry_expiry_s,
         )
         registration.announce()  # visible as "warming" while the model loads
         resources.callback(registration.withdraw)
         _phase(registration, options, "loading")
         model_path = resolve_model(tier_config.model, settings.bundled_model_dir)
-        engine = VllmEngine.start(model_path=model_path, config=tier_config)
+        engine = VllmEngine.start(
+            model_path=model_path, config=tier_config, timeout_s=timeouts.engine_start_s
+        )
         resources.callback(engine.shutdown)
         if settings.pin_worker_cpus:
             # Before the job threads start: they inherit the main thread's cores.
@@ -128,7 +137,8 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
             prompts=PromptCatalog(settings.prompts_dir),
             on_engine_dead=stop_this_worker,
             resend=_sender(app),
-            appends=AppendCombiner(client),
+            appends=AppendCombiner(client, retry_delays_s=timeouts.publish_retry_delays_s),
+            deferred=DeferredWrites(interval_s=timeouts.deferred_write_retry_s),
             metrics=WorkerMetrics(
                 tier=options.tier.value, slots=concurrency, in_flight=engine.in_flight
             ),
@@ -179,6 +189,7 @@ def _warm_engine(
         runtime.prefix_stats,
         tier=options.tier.base,  # a variant runs its base tier's prompts
         interval_s=runtime.settings.prefill_interval_s,
+        check_s=runtime.settings.timeouts.prompt_check_s,
     )
     _phase(registration, options, "prefilling prompts")
     keep_warm.prefill_now()
@@ -204,6 +215,7 @@ def _helpers(runtime: WorkerRuntime, app: LlmqCelery) -> list[BackgroundLoop]:
     """The cancel listener, the reaper of dead workers' jobs and the retrier of job
     writes a database outage held back (not yet started)."""
     send = _sender(app)
+    timeouts = runtime.settings.timeouts
 
     def restore(worker_id: str) -> int:
         with app.connection_for_write() as connection:
@@ -218,8 +230,16 @@ def _helpers(runtime: WorkerRuntime, app: LlmqCelery) -> list[BackgroundLoop]:
         max_attempts=runtime.settings.max_attempts,
         replay_ttl_s=runtime.settings.replay_ttl_s,
         variants=tuple(runtime.settings.variants),
+        grace_s=timeouts.reaper_missing_grace_s,
+        unheld_grace_s=timeouts.reaper_unheld_grace_s,
+        sweep_interval_s=timeouts.lost_message_sweep_s,
+        lost_message_age_s=timeouts.lost_message_age_s,
     )
-    return [CancelListener(runtime.redis, runtime.running), ReaperThread(reaper), runtime.deferred]
+    return [
+        CancelListener(runtime.redis, runtime.running),
+        ReaperThread(reaper, interval_s=timeouts.reaper_interval_s),
+        runtime.deferred,
+    ]
 
 
 def _scheduler(settings: Settings, tier: Tier, served: TierConfig, slots: int) -> Scheduler:

@@ -32,13 +32,7 @@ from schemas.tables import Batch, as_utc, utcnow
 
 log = logging.getLogger(__name__)
 
-INTERVAL_S = 2.0
 FEEDERS = 4
-TURN_S = 60.0
-"""A feeder fed its batch this long gives it up when another key's batch waits for
-a feeder and none is free (more keys than feeders take turns)."""
-RETENTION_EVERY_S = 600.0
-"""How often a sweep looks for files past their retention: deleting is not urgent."""
 
 T = TypeVar("T")
 
@@ -125,16 +119,21 @@ class BatchRunner:
         self,
         client: Client,
         *,
-        interval_s: float = INTERVAL_S,
+        interval_s: float | None = None,
         feeders: int = FEEDERS,
-        turn_s: float = TURN_S,
+        turn_s: float | None = None,
     ) -> None:
+        timeouts = client.settings.timeouts
         self.client = client
-        self.interval_s = interval_s
+        self.interval_s = timeouts.batch_sweep_s if interval_s is None else interval_s
         self.feeders = max(1, feeders)
         self.holder = f"{socket.gethostname()[:40]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._feeding: dict[str, asyncio.Task[None]] = {}
-        self.turn_s = turn_s
+        self.turn_s = timeouts.batch_turn_s if turn_s is None else turn_s
+        """A feeder fed its batch this long gives it up when another key's batch waits
+        for a feeder and none is free (more keys than feeders take turns)."""
+        self.file_sweep_s = timeouts.file_sweep_s
+        """How often a sweep looks for files past their retention."""
         self._owners: dict[str, str | None] = {}
         self._started: dict[str, float] = {}
         self._last_fed: dict[str | None, float] = {}
@@ -183,7 +182,7 @@ class BatchRunner:
 
     async def sweep(self) -> None:
         """Start feeding every batch with lines no one sends; refresh every running one;
-        at most every ``RETENTION_EVERY_S``, delete files past their retention."""
+        at most every ``file_sweep_s``, delete files past their retention."""
         await self._expire_files()
         found = await self._in(self._sweep_pool, partial(active_batches, self.client.sessions))
         waiting = [b for b in found if b.waiting and b.id not in self._feeding]
@@ -210,7 +209,7 @@ class BatchRunner:
     async def _expire_files(self) -> None:
         retention_days = self.client.settings.file_retention_days
         now = time.monotonic()
-        if retention_days <= 0 or now - self._expired_at < RETENTION_EVERY_S:
+        if retention_days <= 0 or now - self._expired_at < self.file_sweep_s:
             return
         self._expired_at = now
         expire = partial(expire_files, self.client.sessions, retention_days=retention_days)

@@ -16,7 +16,6 @@ from starlette.exceptions import HTTPException
 from producer.gateway.context import GatewayContext
 from producer.gateway.errors import BAD_REQUEST, NOT_FOUND, GatewayError, HttpError, error_response
 from producer.gateway.guard import FrontDoor
-from producer.gateway.keys import KEY_CACHE_S
 from producer.gateway.routes.batches import FILES_PATH, add_batch_api
 from producer.gateway.routes.conversations import add_conversation_routes
 from producer.gateway.routes.jobs import add_job_routes
@@ -35,12 +34,13 @@ MAX_ECHOED_PATH_CHARS = 200
 
 
 def create_app(
-    settings: Settings, *, require_keys: bool = True, key_cache_s: float = KEY_CACHE_S
+    settings: Settings, *, require_keys: bool = True, key_cache_s: float | None = None
 ) -> FastAPI:
     """The ASGI app. With ``require_keys`` (default) every /v1 call needs a Bearer key.
 
-    A checked key is trusted for ``key_cache_s`` seconds: a revoked key is refused
-    within that time. The app's ``state.gateway`` is its ``GatewayContext``.
+    A checked key is trusted for ``key_cache_s`` seconds (None:
+    ``settings.timeouts.key_cache_s``): a revoked key is refused within that time.
+    The app's ``state.gateway`` is its ``GatewayContext``.
     """
     gateway = GatewayContext(settings, require_keys=require_keys, key_cache_s=key_cache_s)
     # With keys on, the API's schema needs a key like /v1 does, and the browsable

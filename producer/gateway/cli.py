@@ -129,17 +129,19 @@ def _when(moment: datetime) -> str:
 
 
 def _revoke_key(args: argparse.Namespace) -> int:
-    from producer.gateway.keys import KEY_CACHE_S, revoke_key
+    from producer.gateway.keys import revoke_key
     from schemas.db import make_engine, make_sessions
     from schemas.settings import Settings
 
-    engine = make_engine(Settings.from_env().database_url)
+    settings = Settings.from_env()
+    engine = make_engine(settings.database_url)
     try:
         key, newly = revoke_key(make_sessions(engine), args.id)
     finally:
         engine.dispose()
     if newly:
-        print(f"revoked key {key.id} ({key.name!r}); gateways refuse it within {KEY_CACHE_S:g} s")
+        within = settings.timeouts.key_cache_s
+        print(f"revoked key {key.id} ({key.name!r}); gateways refuse it within {within:g} s")
     else:
         assert key.revoked_at is not None
         print(f"key {key.id} ({key.name!r}) was already revoked at {_when(key.revoked_at)}")

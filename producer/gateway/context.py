@@ -18,23 +18,22 @@ from producer.aio import AsyncClient
 from producer.gateway.errors import NOT_FOUND, UNAUTHORIZED, GatewayError
 from producer.gateway.fairness import KeyFairness
 from producer.gateway.guard import KeyCheck
-from producer.gateway.keys import KEY_CACHE_S, KeyIdentity
+from producer.gateway.keys import KeyIdentity
 from producer.gateway.metrics import GatewayMetrics
 from producer.gateway.scrape import ClusterScrape, ScrapeAge
 from schemas.settings import Settings
 from schemas.tables import Job
-
-RESULT_TIMEOUT_S = 600.0
-"""The longest a call waits for its job's answer, streamed or whole."""
 
 
 class GatewayContext:
     """One gateway's shared state. ``client`` exists from the lifespan's start to its end."""
 
     def __init__(
-        self, settings: Settings, *, require_keys: bool, key_cache_s: float = KEY_CACHE_S
+        self, settings: Settings, *, require_keys: bool, key_cache_s: float | None = None
     ) -> None:
         self.settings = settings
+        self.result_timeout_s = settings.timeouts.gateway_result_s
+        """The longest a call waits for its job's answer, streamed or whole."""
         self.require_keys = require_keys
         self.metrics = GatewayMetrics()
         self.cluster = ClusterScrape(settings, refresh_s=settings.metrics_refresh_s)
@@ -44,7 +43,7 @@ class GatewayContext:
             sessions=lambda: self.client.sessions,
             redis=lambda: self.client.redis,
             auth_failures_per_min=settings.auth_failures_per_min,
-            key_cache_s=key_cache_s,
+            key_cache_s=settings.timeouts.key_cache_s if key_cache_s is None else key_cache_s,
         )
         self.fairness = KeyFairness(
             sessions=lambda: self.client.sessions,
@@ -52,7 +51,7 @@ class GatewayContext:
             max_active_jobs=settings.key_max_active_jobs,
             max_open_streams=settings.key_max_open_streams,
             # The longest a stream can last, plus a margin: a dead gateway's leases lapse.
-            stream_lease_s=RESULT_TIMEOUT_S + 60,
+            stream_lease_s=self.result_timeout_s + 60,
         )
 
     @property

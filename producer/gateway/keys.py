@@ -14,11 +14,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from schemas.boundary import database_boundary
 from schemas.errors import KeyNotFound
 from schemas.tables import ApiKey, as_utc, utcnow
+from schemas.timeouts import DEFAULT_TIMEOUTS
 
 KEY_PREFIX = "llmq-"
 DEFAULT_RATE_LIMIT_PER_MIN = 600
-KEY_CACHE_S = 10.0
-"""How long a gateway trusts a key it has checked; a revoked key is refused after it."""
+KEY_CACHE_S = DEFAULT_TIMEOUTS.key_cache_s
+"""How long a gateway trusts a key it has checked, unless told
+(``settings.timeouts.key_cache_s``); a revoked key is refused after it."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,7 @@ def revoke_key(sessions: sessionmaker[Session], key_id: str) -> tuple[KeyInfo, b
     """Revoke a key; return it and whether this call revoked it (False: it already was).
 
     A gateway refuses it as soon as its key cache forgets the key (within
-    ``KEY_CACHE_S``, 10 s by default). Raises ``KeyNotFound`` or ``DatabaseUnavailable``.
+    ``settings.timeouts.key_cache_s``). Raises ``KeyNotFound`` or ``DatabaseUnavailable``.
     """
     with database_boundary("revoke the API key"), sessions.begin() as session:
         key = session.get(ApiKey, key_id)

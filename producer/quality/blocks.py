@@ -28,7 +28,6 @@ from schemas.settings import Settings
 from schemas.worker_process import start_worker_process, stop_process
 
 Spawn = Literal["auto", "never"]
-WARM_TIMEOUT_S = 900.0
 STOP_GRACE_S = 60.0
 LOG_LINES_SHOWN = 5
 
@@ -134,7 +133,8 @@ def _wait_warm(
     settings: Settings, tier: Tier, process: subprocess.Popen[bytes], log_path: Path
 ) -> None:
     prefix = f"{tier.value}-{process.pid}-"
-    deadline = time.monotonic() + WARM_TIMEOUT_S
+    warm_s = settings.timeouts.worker_warm_s
+    deadline = time.monotonic() + warm_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise EngineError(
@@ -144,7 +144,7 @@ def _wait_warm(
         if any(wid.startswith(prefix) and warm for _, wid, warm in _workers(settings)):
             return
         time.sleep(0.5)
-    raise EngineError(f"the worker for {tier} was not warm after {WARM_TIMEOUT_S:.0f} s")
+    raise EngineError(f"the worker for {tier} was not warm after {warm_s:.0f} s")
 
 
 def _last_lines(path: Path) -> str:

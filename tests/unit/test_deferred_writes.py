@@ -6,10 +6,9 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
-
+from schemas.timeouts import Timeouts
 from tests.unit.test_db_retry import flaky
-from workers import job_runner, jobs
+from workers import job_runner
 from workers.deferred_writes import DeferredWrites
 
 
@@ -68,11 +67,8 @@ def test_an_error_after_the_write_does_not_keep_it() -> None:
     assert deferred.flush() == 0
 
 
-def test_the_job_runner_hands_a_write_over_when_the_database_stays_down(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(jobs, "DB_RETRY_DELAYS_S", (0.0, 0.0))
-    runtime: Any = SimpleNamespace(deferred=DeferredWrites())
+def test_the_job_runner_hands_a_write_over_when_the_database_stays_down() -> None:
+    runtime = runtime_retrying(0.0, 0.0)
     calls, write = flaky(failures=3)
     assert job_runner._record(runtime, write, what="record the end of job j4") is None
     assert len(calls) == 3  # the quick retries
@@ -80,11 +76,8 @@ def test_the_job_runner_hands_a_write_over_when_the_database_stays_down(
     assert len(calls) == 4
 
 
-def test_the_job_runner_keeps_nothing_when_the_write_lands(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(jobs, "DB_RETRY_DELAYS_S", (0.0,))
-    runtime: Any = SimpleNamespace(deferred=DeferredWrites())
+def test_the_job_runner_keeps_nothing_when_the_write_lands() -> None:
+    runtime = runtime_retrying(0.0)
     told: list[bool] = []
     _calls, write = flaky(failures=1)
     recorded = job_runner._record(
@@ -93,3 +86,9 @@ def test_the_job_runner_keeps_nothing_when_the_write_lands(
     assert recorded is True
     assert runtime.deferred.pending() == 0
     assert told == [True]  # told at once, not after an outage
+
+
+def runtime_retrying(*delays: float) -> Any:
+    """A runtime whose settings retry a database write after each of ``delays``."""
+    timeouts = Timeouts(db_retry_delays_s=delays)
+    return SimpleNamespace(deferred=DeferredWrites(), settings=SimpleNamespace(timeouts=timeouts))

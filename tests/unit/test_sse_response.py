@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from producer.gateway.routes.sse import HEADERS_WAIT_S, SseResponse
+from producer.gateway.routes.sse import HEADERS_WAIT_S, KEEPALIVE_S, SseResponse
 
 SCOPE: dict[str, Any] = {"type": "http", "asgi": {"spec_version": "2.4"}}
 
@@ -17,7 +17,11 @@ async def never_disconnects() -> dict[str, Any]:
 
 
 def run(
-    body: AsyncIterator[bytes], log: list[str], headers_sent: asyncio.Event | None = None
+    body: AsyncIterator[bytes],
+    log: list[str],
+    headers_sent: asyncio.Event | None = None,
+    *,
+    keepalive_s: float = KEEPALIVE_S,
 ) -> int:
     released = 0
 
@@ -34,7 +38,8 @@ def run(
             log.append(message["body"].decode())
 
     async def scenario() -> None:
-        await SseResponse(body, release=release)(SCOPE, never_disconnects, send)
+        response = SseResponse(body, release=release, keepalive_s=keepalive_s)
+        await response(SCOPE, never_disconnects, send)
 
     asyncio.run(asyncio.wait_for(scenario(), timeout=5))
     return released
@@ -70,12 +75,7 @@ def test_headers_do_not_wait_long_for_a_job_still_queued() -> None:
     assert log == ["headers", "first made", "one"]
 
 
-def test_a_stream_waiting_for_its_first_event_sends_keep_alive_comments(
-    monkeypatch: Any,
-) -> None:
-    from producer.gateway.routes import sse
-
-    monkeypatch.setattr(sse, "KEEPALIVE_S", 0.05)
+def test_a_stream_waiting_for_its_first_event_sends_keep_alive_comments() -> None:
     log: list[str] = []
 
     async def body() -> AsyncIterator[bytes]:
@@ -83,7 +83,7 @@ def test_a_stream_waiting_for_its_first_event_sends_keep_alive_comments(
         yield b"one"
         yield b"two"
 
-    assert run(body(), log) == 1
+    assert run(body(), log, keepalive_s=0.05) == 1
     assert log[0] == "headers"
     keepalives = log[1 : log.index("one")]
     assert len(keepalives) >= 2 and set(keepalives) == {": keep-alive\n\n"}

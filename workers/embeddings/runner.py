@@ -16,6 +16,7 @@ from schemas.embeddings import EmbeddingRequest, pack_vectors
 from schemas.errors import LlmqError
 from schemas.events import Timings, Usage
 from schemas.jobs import JobStatus
+from schemas.timeouts import DEFAULT_TIMEOUTS, Timeouts
 from workers.append_combiner import AppendCombiner
 from workers.embeddings.model import Embedded
 from workers.jobs import ClaimedJob, claim_job, fail_job, finish_job, with_db_retry
@@ -36,6 +37,8 @@ class EmbedRuntime:
     embed: Embed
     replay_ttl_s: int
     appends: AppendCombiner | None = None
+    timeouts: Timeouts = DEFAULT_TIMEOUTS
+    """The worker's ``settings.timeouts`` (database retries)."""
 
 
 def run_embedding_job(runtime: EmbedRuntime, job_id: str) -> None:
@@ -98,6 +101,7 @@ def _finish(
             in_conversation=False,
         ),
         what=f"record the result of job {claimed.id}",
+        delays=runtime.timeouts.db_retry_delays_s,
     )
     if recorded is False:
         log.warning("job %s moved on from attempt %d", claimed.id, claimed.attempt)
@@ -118,6 +122,7 @@ def _fail(
             runtime.sessions, claimed.id, message, attempt=claimed.attempt, status=JobStatus.FAILED
         ),
         what=f"record the end of job {claimed.id}",
+        delays=runtime.timeouts.db_retry_delays_s,
     )
     if recorded is False:
         return

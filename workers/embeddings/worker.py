@@ -37,8 +37,6 @@ from workers.worker import _require_redis, make_worker_id
 
 log = logging.getLogger(__name__)
 
-DB_RETRY_COUNTDOWN_S = 2.0
-
 
 @dataclass(frozen=True)
 class EmbedWorkerOptions:
@@ -90,7 +88,8 @@ def embed_task(task: Task, job_id: Any = None, *_extra: Any, **_extra_kw: Any) -
             run_embedding_job(app.runtime, job_id)
     except DatabaseUnavailable as exc:
         log.warning("job %s waits for the database: %s", job_id, exc)
-        raise task.retry(exc=exc, countdown=DB_RETRY_COUNTDOWN_S, max_retries=None) from exc
+        countdown = app.runtime.timeouts.db_retry_countdown_s
+        raise task.retry(exc=exc, countdown=countdown, max_retries=None) from exc
 
 
 def run_embed_worker(settings: Settings, options: EmbedWorkerOptions) -> int:
@@ -109,7 +108,12 @@ def run_embed_worker(settings: Settings, options: EmbedWorkerOptions) -> int:
         sessions = make_sessions(db)
         held = HeldJobs()
         registration = WorkerRegistration(
-            client, worker_id=worker_id, tier=tier, concurrency=options.concurrency
+            client,
+            worker_id=worker_id,
+            tier=tier,
+            concurrency=options.concurrency,
+            heartbeat_s=settings.timeouts.heartbeat_s,
+            expiry_s=settings.timeouts.registry_expiry_s,
         )
         registration.announce()
         resources.callback(registration.withdraw)
@@ -128,7 +132,8 @@ def run_embed_worker(settings: Settings, options: EmbedWorkerOptions) -> int:
             redis=client,
             embed=model.embed,
             replay_ttl_s=settings.replay_ttl_s,
-            appends=AppendCombiner(client),
+            appends=AppendCombiner(client, retry_delays_s=settings.timeouts.publish_retry_delays_s),
+            timeouts=settings.timeouts,
         )
         for helper in _helpers(app, settings, sessions, client):
             resources.enter_context(helper)
@@ -184,5 +189,9 @@ def _helpers(
         max_attempts=settings.max_attempts,
         replay_ttl_s=settings.replay_ttl_s,
         variants=tuple(settings.variants),
+        grace_s=settings.timeouts.reaper_missing_grace_s,
+        unheld_grace_s=settings.timeouts.reaper_unheld_grace_s,
+        sweep_interval_s=settings.timeouts.lost_message_sweep_s,
+        lost_message_age_s=settings.timeouts.lost_message_age_s,
     )
-    return [ReaperThread(reaper)]
+    return [ReaperThread(reaper, interval_s=settings.timeouts.reaper_interval_s)]

@@ -23,6 +23,7 @@ from schemas.errors import EngineDead, EngineError
 from schemas.events import TokenLogprob, TopLogprob
 from schemas.sampling import Sampling, StructuredOutput
 from schemas.settings import TierConfig
+from schemas.timeouts import DEFAULT_TIMEOUTS
 from workers.engine.base import Delta, DeltaStream, SamplingOptions
 
 if TYPE_CHECKING:
@@ -30,7 +31,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-START_TIMEOUT_S = 900.0
+START_TIMEOUT_S = DEFAULT_TIMEOUTS.engine_start_s
+"""The default of ``settings.timeouts.engine_start_s`` (the benches wait for their
+servers this long too)."""
 CPU_KV_CACHE_GB = 2.0
 CPU_BLOCK_SIZE = 32
 _END = object()
@@ -55,13 +58,16 @@ class VllmEngine:
         self._handovers: dict[str, threading.Event] = {}
 
     @classmethod
-    def start(cls, *, model_path: str, config: TierConfig) -> VllmEngine:
-        """Load the model and return a ready engine; raises ``EngineError`` on failure."""
+    def start(
+        cls, *, model_path: str, config: TierConfig, timeout_s: float = START_TIMEOUT_S
+    ) -> VllmEngine:
+        """Load the model and return a ready engine within ``timeout_s``; raises
+        ``EngineError`` on failure."""
         engine = cls(model_path=model_path, config=config)
         engine._thread.start()
         future = asyncio.run_coroutine_threadsafe(engine._build(), engine._loop)
         try:
-            future.result(timeout=START_TIMEOUT_S)
+            future.result(timeout=timeout_s)
         except Exception as exc:
             engine.shutdown()
             raise EngineError(f"vLLM could not start {model_path}: {exc}") from exc

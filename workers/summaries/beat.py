@@ -23,8 +23,6 @@ from workers.summaries.night import NightReport, NightRunner, previous_day
 log = logging.getLogger(__name__)
 
 NIGHT_TASK = "llmq.summaries.night"
-NIGHT_TIMEOUT_S = 6 * 3600.0
-"""A night still unfinished after this long is left for a later run to resume."""
 
 
 def cron_schedule(cron: str) -> Any:
@@ -45,7 +43,7 @@ def make_beat_app(settings: Settings) -> Celery:
     app.conf.update(
         celery_config(
             broker_url=settings.broker_url,
-            visibility_timeout_s=int(NIGHT_TIMEOUT_S) + 600,
+            visibility_timeout_s=int(settings.timeouts.summary_night_s) + 600,
         )
     )
     # Kombu's own transport: the llmq one admits only job messages.
@@ -73,7 +71,7 @@ def run_last_night(settings: Settings, *, now: datetime | None = None) -> NightR
     day = previous_day(now or datetime.now(UTC), settings.summary_timezone)
     with Client(settings) as client:
         report = NightRunner(settings, client, poll_s=2.0).run(
-            day, on_held="skip", timeout_s=NIGHT_TIMEOUT_S
+            day, on_held="skip", timeout_s=settings.timeouts.summary_night_s
         )
     if report.held_elsewhere:
         log.info("the night of %s is being run elsewhere", day)

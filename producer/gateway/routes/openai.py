@@ -56,7 +56,8 @@ class OpenAiRoutes:
     ) -> JSONResponse | StreamingResponse:
         started = time.perf_counter()
         call = await self._call(request, conversation_of(body, request))
-        return respond(await self.chat.create(body, call, started=started))
+        answer = await self.chat.create(body, call, started=started)
+        return respond(answer, keepalive_s=self.gateway.settings.timeouts.sse_keepalive_s)
 
     async def completions(
         self, body: CompletionRequest, request: Request
@@ -65,7 +66,8 @@ class OpenAiRoutes:
         template; a job like a chat completion's (keys, priorities, idempotency, resume)."""
         started = time.perf_counter()
         call = await self._call(request, None)
-        return respond(await self.text.create(body, call, started=started))
+        answer = await self.text.create(body, call, started=started)
+        return respond(answer, keepalive_s=self.gateway.settings.timeouts.sse_keepalive_s)
 
     async def embeddings(self, body: EmbeddingsRequest, request: Request) -> JSONResponse:
         """``POST /v1/embeddings``: a job of the embedding tier, answered whole."""
@@ -86,12 +88,15 @@ class OpenAiRoutes:
         )
 
 
-def respond(answer: Answer) -> JSONResponse | StreamingResponse:
+def respond(answer: Answer, *, keepalive_s: float) -> JSONResponse | StreamingResponse:
     """The HTTP response of a served answer, with the job's tier headers; a stream's
-    release runs however its response ends."""
+    release runs however its response ends, and it sends a keep-alive comment after
+    ``keepalive_s`` of silence before its first event."""
     headers = tier_headers(answer.handle)
     if isinstance(answer, StreamedAnswer):
-        return SseResponse(answer.events, release=answer.release, headers=headers)
+        return SseResponse(
+            answer.events, release=answer.release, headers=headers, keepalive_s=keepalive_s
+        )
     return JSONResponse(answer.body, headers=headers)
 
 

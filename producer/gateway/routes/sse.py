@@ -8,11 +8,14 @@ from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
 from fastapi.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from schemas.timeouts import DEFAULT_TIMEOUTS
+
 HEADERS_WAIT_S = 0.05
 """How long a stream's headers wait for its first event to go out with it."""
-KEEPALIVE_S = 15.0
+KEEPALIVE_S = DEFAULT_TIMEOUTS.sse_keepalive_s
 """Before its first event, a stream sends an SSE comment after this long of silence
-(clients' read timeouts are often a minute or a few; a batch job may wait longer)."""
+(clients' read timeouts are often a minute or a few; a batch job may wait longer),
+unless told (``settings.timeouts.sse_keepalive_s``)."""
 KEEPALIVE = b": keep-alive\n\n"
 
 
@@ -35,9 +38,11 @@ class SseResponse(StreamingResponse):
         *,
         release: Callable[[], Awaitable[None]],
         headers: Mapping[str, str] | None = None,
+        keepalive_s: float = KEEPALIVE_S,
     ) -> None:
         super().__init__(content, media_type="text/event-stream", headers=headers)
         self._release = release
+        self._keepalive_s = keepalive_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -55,7 +60,7 @@ class SseResponse(StreamingResponse):
             # A job may wait long in its queue: a comment now and then keeps clients
             # and proxies from taking the silence for a dead connection.
             while not first.done():
-                done, _ = await asyncio.wait({first}, timeout=KEEPALIVE_S)
+                done, _ = await asyncio.wait({first}, timeout=self._keepalive_s)
                 if not done:
                     await send({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
             chunk = first.result()

@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from producer.aio import AsyncJobHandle
-from producer.gateway.context import RESULT_TIMEOUT_S, GatewayContext
+from producer.gateway.context import GatewayContext
 from producer.gateway.errors import BAD_REQUEST, MODEL_NOT_FOUND, GatewayError, http_error_for
 from producer.gateway.keys import KeyIdentity
 from producer.gateway.metrics import GatewayMetrics
@@ -225,7 +225,7 @@ class JobServing:
                 include_usage=bool(body.stream_options and body.stream_options.include_usage),
                 metrics=self.gateway.metrics,
                 started=started,
-                timeout=RESULT_TIMEOUT_S,
+                timeout=self.gateway.result_timeout_s,
             )
             return self.streamed(opened, events(opened.handle, read))
         result = await self.whole(opened.handle, body.model)
@@ -241,7 +241,7 @@ class JobServing:
     async def whole(self, handle: AsyncJobHandle, model: str) -> JobResult:
         """The job's whole result, once it ended (its handle closed), counted as a 200."""
         try:
-            result = await handle.result(timeout=RESULT_TIMEOUT_S)
+            result = await handle.result(timeout=self.gateway.result_timeout_s)
         finally:
             await handle.aclose()
         self.gateway.metrics.requests.labels(model, "200").inc()
