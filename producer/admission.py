@@ -16,6 +16,8 @@ from schemas.registry import WorkerEntry
 
 # Rough drain time per waiting job, for the Retry-After hint of a full queue.
 RETRY_SECONDS_PER_1000 = 5
+# Not settings, these three: they pace this process's copy of the worker registry, which
+# no bound depends on (a stale copy costs one registry read on the submit's path).
 WORKER_CACHE_S = 1.0
 """How often the registry is re-read, in the background, while submits come."""
 WORKER_STALE_S = 3.0

@@ -23,6 +23,8 @@ SyncPubSub = redis.client.PubSub
 
 DEFAULT_KEEP = 32
 """Idle connections kept at most; one per stream that ran at once is enough."""
+# Not a setting: an unconfirmed subscription falls back to reading the replay log, so
+# this paces a fallback and bounds no outcome.
 CONFIRM_WAIT_S = 1.0
 """How long :meth:`PubSubPool.confirmed` waits for Redis to confirm a subscription."""
 

@@ -28,6 +28,8 @@ from schemas.errors import JobTimeout
 from schemas.events import AnyEvent, ErrorEvent, TerminalEvent, is_terminal, parse_event
 from schemas.timeouts import DEFAULT_TIMEOUTS
 
+# Not settings (the idle polls and the reconnect delay): they pace the reading protocol,
+# and events come by pub/sub at once whatever they are.
 # With no pub/sub message for this long, re-read the log (covers a missed
 # message) and ask the database whether the job already ended.
 IDLE_POLL_S = 1.0

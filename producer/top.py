@@ -37,6 +37,7 @@ from schemas.queues import (
 from schemas.registry import WorkerEntry
 from schemas.tables import Job
 
+# Not a setting: the span of llmq top's rates, a display choice.
 WINDOW_S = 60.0
 ERROR_STATUSES = (JobStatus.FAILED, JobStatus.DEAD_LETTER, JobStatus.EXPIRED)
 

@@ -35,9 +35,11 @@ from redis.backoff import ExponentialWithJitterBackoff
 SENTINEL_SCHEME = "sentinel"
 DEFAULT_MASTER_NAME = "mymaster"
 DEFAULT_SENTINEL_PORT = 26379
+# Not a setting: a sentinel answers one short query; a slow one is skipped for the next.
 # Asking a sentinel where the master is must not hang a client when one sentinel does.
 SENTINEL_SOCKET_TIMEOUT_S = 1.0
 _QUERY_KEYS = frozenset({"master_name", "sentinel_password"})
+# Not settings: redis-py's own policy, copied so both kinds of client behave alike.
 # A client built on a sentinel-managed pool gets no retry policy of its own; give it
 # the one redis-py gives a client from a URL (10 tries, 10 ms doubling up to 1 s), so
 # a command during a failover waits for the promoted master instead of failing.

@@ -22,6 +22,8 @@ _ORIGIN = f"gen{os.getpid()}@{socket.gethostname()}"
 _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
 
 
+# Not a setting: a contract between producer and worker (both must agree), tied to
+# SQLite's busy timeout.
 ROW_WAIT_S = 30.0
 """How long a worker waits for the row of a message that carries its request, which
 a producer pushes before it writes the row: SQLite's busy timeout, the longest a

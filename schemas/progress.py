@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import TextIO, TypeVar
 
 BAR_WIDTH = 30
+# Not settings (REDRAW_S, TICK_S): terminal drawing, a display choice.
 # A terminal line is redrawn at most this often: updates from a tight loop stay cheap.
 REDRAW_S = 0.1
 # How often a phase line redraws itself on a terminal, so its elapsed time moves.

@@ -279,6 +279,8 @@ def open_streams_key(key_id: str) -> str:
     return f"llmq:streams:{key_id}"
 
 
+# Not a setting: the scheduler's slot refill and kombu's polling are designed around it,
+# and producers and workers share it.
 # How long one BRPOP of a worker's queues blocks. A queue the worker resumes reading
 # (its batch share freed a slot) joins the *next* BRPOP, so a long one leaves freed
 # slots empty for up to a whole timeout (kombu's default is 1 s) each time its batch

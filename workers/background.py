@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+# Not a setting: a helper thread's loop ends within one of its own waits; this only
+# keeps a stuck one from holding up shutdown.
 JOIN_TIMEOUT_S = 5.0
 
 

@@ -27,6 +27,8 @@ from workers.running_jobs import RunningJob
 from workers.scheduler_driver import Ticket, handing_over
 from workers.worker_runtime import WorkerRuntime
 
+# Not settings (the stop poll and the join): inner waits of one job's threads, bounded
+# by the job's own deadline.
 # How often the reader looks at the job's own stop (cancel, deadline, yield) while it
 # waits for the next delta of any choice.
 STOP_POLL_S = 0.1

@@ -32,6 +32,7 @@ NOTES_WHY = (
     "and the preloads are an optional allocator tweak"
 )
 
+# Not a setting: how often a start-up line redraws, a display choice.
 PHASE_REFRESH_S = 0.25
 
 

@@ -21,10 +21,13 @@ from workers.scheduler_driver import SchedulerDriver
 
 log = logging.getLogger(__name__)
 
+# Not a setting: the scheduler's timer, part of its algorithm (the hold and the pause
+# it checks are the tier's settings).
 TICK_INTERVAL_S = 5.0
 """How often the timer ticks: stale slots are freed, and batch's share grows back once
 the interactive hold has passed even when no message or job end says so."""
 
+# Not a setting: part of the scheduler's refill of a freed slot.
 # A resumed queue joins only the worker's *next* BRPOP: one already waiting on the
 # other queues runs out its timeout first. While a queue is paused the worker polls
 # with this short timeout, so a freed slot is filled within it (the measurement that

@@ -15,6 +15,8 @@ from workers.background import BackgroundLoop
 
 log = logging.getLogger(__name__)
 
+# Not a setting: an engine death is also seen by the job that meets it; this poll
+# only stops an idle worker sooner.
 WATCH_INTERVAL_S = 1.0
 
 

@@ -53,6 +53,8 @@ class ClaimedJob:
         return self.queue_wait_ms + (time.monotonic() - self.claimed_monotonic) * 1000.0
 
 
+# Not settings (the row polls): their shape follows the claim's path, and their total is
+# bounded by schemas.messages.ROW_WAIT_S.
 # A producer writes the row of a message that carries its request right after pushing
 # the message (producer.client); a worker that gets there first polls for it, for up
 # to schemas.messages.ROW_WAIT_S. The row usually lands soon after the message, while the

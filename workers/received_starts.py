@@ -67,6 +67,7 @@ class Abortable(Protocol):
 
 Started = TypeVar("Started", bound=Abortable)
 
+# Not a setting: a safety net for a message Celery dropped; nothing waits on it.
 # A request no task took this long after its message arrived never will be (Celery
 # dropped the message: it expired, say): it is aborted, so it stops holding a slot.
 UNTAKEN_AFTER_S = 30.0

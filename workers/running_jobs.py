@@ -16,6 +16,8 @@ from workers.scheduler.give_way import giving_way
 
 log = logging.getLogger(__name__)
 
+# Not a setting: a fallback for a cancel whose pub/sub message was missed; the message
+# itself stops the job at once.
 LOOK_FOR_KEYS_S = 1.0
 
 

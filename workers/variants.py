@@ -96,6 +96,8 @@ class Served:
     promoted: bool
 
 
+# Not a setting: a worker that cannot read promotions fails its start, and its
+# supervisor starts it again.
 # About four seconds in all, before a worker gives up its start.
 PROMOTIONS_RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0)
 

@@ -43,6 +43,7 @@ from workers.worker_runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)
 
+# Not a setting: an interpreter tuning of the worker process, not a wait.
 # Tokens hop from the engine's loop thread to task threads; a shorter GIL switch
 # interval than the default 5 ms keeps that hop off the time to first token.
 GIL_SWITCH_INTERVAL_S = 0.0005

@@ -37,6 +37,7 @@ LEASE = timedelta(seconds=60)
 """How long a claim on a batch's lines lasts without being renewed: a feeder that
 died releases its batch to the others after this."""
 CHUNK = 200
+# Not a setting: a cap on one wait inside a loop; the queue's Retry-After sets the pace.
 MAX_FULL_WAIT_S = 5.0
 """The longest single wait for room on a full batch queue before looking again."""
 

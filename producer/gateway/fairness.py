@@ -36,9 +36,12 @@ from schemas.jobs import JobStatus
 from schemas.queues import open_streams_key
 from schemas.tables import Job
 
+# Not settings: Retry-After hints of a 429, not bounds; a client may retry sooner.
 ACTIVE_JOBS_RETRY_S = 5
 OPEN_STREAMS_RETRY_S = 5
 
+# Not a setting: how long a key's counted jobs are reused, an implementation cache
+# (the limit itself is LLMQ_KEY_MAX_ACTIVE_JOBS).
 ACTIVE_COUNT_FRESH_S = 1.0
 
 # KEYS[1]: the key's stream leases. ARGV: lease length (ms), lease id, limit. Redis's

@@ -35,6 +35,8 @@ from schemas.errors import LlmqError
 
 TOO_LARGE = HttpError(413, "invalid_request_error", "request_too_large")
 TOO_SLOW = HttpError(408, "invalid_request_error", "request_timeout")
+# The default of a FrontDoor built without settings; the gateway passes
+# LLMQ_BODY_READ_TIMEOUT_S.
 BODY_TIMEOUT_S = 30.0
 
 Authorize = Callable[[str, str], Awaitable[KeyIdentity | None]]

@@ -17,6 +17,7 @@ from redis.exceptions import RedisError
 from schemas.errors import BrokerUnavailable
 from schemas.queues import auth_failure_key, rate_limit_key
 
+# Not a setting: the limits are counted per minute, as their names say (..._per_min).
 WINDOW_S = 60
 
 # KEYS[1]: the event log. ARGV: window in ms, limit, mode ("hit": count one event if

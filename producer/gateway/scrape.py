@@ -32,6 +32,8 @@ from schemas.settings import Settings
 
 log = logging.getLogger(__name__)
 
+# Not a setting: it bounds one Redis call of a read that runs off the request path;
+# LLMQ_METRICS_REFRESH_S is the operator's knob.
 SOCKET_TIMEOUT_S = 5.0
 """A render waits at most this long on one Redis call (it never holds up a request)."""
 

@@ -22,6 +22,7 @@ from schemas.errors import LlmqError
 from schemas.queues import Priority, Tier
 
 DEFAULT_MAX_TOKENS = 48
+# Not a setting: the default of the prompt gate's own timeout_s parameter.
 # How long a new version may take to reach every warm worker (its keep-warm loop
 # re-reads the folder every few seconds, then prefills the prompt).
 PREFILL_WAIT_S = 180.0

@@ -28,6 +28,7 @@ from schemas.settings import Settings
 from schemas.worker_process import start_worker_process, stop_process
 
 Spawn = Literal["auto", "never"]
+# Not a setting: the grace of the gate's own workers, stopped after its cases ran.
 STOP_GRACE_S = 60.0
 LOG_LINES_SHOWN = 5
 

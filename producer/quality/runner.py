@@ -20,6 +20,7 @@ from schemas.queues import Priority, Tier
 
 DEFAULT_CONCURRENCY = 4
 DEFAULT_MAX_TOKENS = 32
+# Not a setting: the default of run_cases' timeout_s parameter.
 CASE_TIMEOUT_S = 600.0
 OWNER = "llmq-ab"
 """The owner of the gate's jobs, so they can be told apart from users' work."""

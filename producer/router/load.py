@@ -14,6 +14,7 @@ from schemas.queues import SERVICE_MS_KEY, Priority, Tier, queue_name
 from schemas.registry import WorkerEntry
 from schemas.settings import Settings
 
+# Not a setting: the prior of the tier's moving service time until its first job ends.
 DEFAULT_SERVICE_MS = 1000.0
 
 

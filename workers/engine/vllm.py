@@ -37,6 +37,7 @@ servers this long too)."""
 CPU_KV_CACHE_GB = 2.0
 CPU_BLOCK_SIZE = 32
 _END = object()
+# Not a setting: a hand-over inside the engine wrapper, not a bound anyone relies on.
 # How long ``stream`` waits for the engine to take a request before it returns anyway.
 HANDOVER_WAIT_S = 0.005
 
@@ -294,6 +295,7 @@ class _Submitted:
 
 _STOPPED = object()
 _CLOSED = object()
+# Not a setting: an inner poll of the engine wrapper; callers bound waits by deadlines.
 # How often a waiting stream looks at its stop event and at the engine: a cancelled
 # request that the engine has not scheduled yet still gives up its place within this
 # long, and no thread waits forever on an engine that was shut down.

@@ -10,6 +10,8 @@ from starlette.types import Receive, Scope, Send
 
 from schemas.timeouts import DEFAULT_TIMEOUTS
 
+# Not a setting: when headers go out beside the first event is an implementation
+# choice, not a bound a client relies on.
 HEADERS_WAIT_S = 0.05
 """How long a stream's headers wait for its first event to go out with it."""
 KEEPALIVE_S = DEFAULT_TIMEOUTS.sse_keepalive_s
