@@ -13,7 +13,7 @@ from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from schemas.errors import ConfigError, validation_problems
 from schemas.queues import Priority, Tier
@@ -366,6 +366,9 @@ class Settings(BaseSettings):
             raise ConfigError(
                 f"invalid llmq settings: {validation_problems(exc.errors(), whole='settings')}"
             ) from exc
+        except SettingsError as exc:
+            # A JSON variable (LLMQ_TIERS, LLMQ_TIMEOUTS) that does not parse.
+            raise ConfigError(f"invalid llmq settings: {exc}") from exc
         return settings
 
     def tier(self, tier: Tier) -> TierConfig:

@@ -52,6 +52,12 @@ def test_an_invalid_object_is_a_config_error(
         Settings.from_env()
 
 
+def test_a_variable_that_is_not_json_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMQ_TIMEOUTS", "{heartbeat_s: 2")
+    with pytest.raises(ConfigError, match="timeouts"):
+        Settings.from_env()
+
+
 def test_every_field_says_what_it_bounds_and_is_in_the_operations_table() -> None:
     page = OPERATIONS.read_text()
     for name, field in Timeouts.model_fields.items():
