@@ -4,14 +4,14 @@ Every lookup takes ``owner``: a string is the caller's namespace (an API key id)
 a row of another owner does not exist for it (``NotFound``, never "forbidden"); None
 means no check (a gateway without keys, an operator's CLI). An upload's lines are
 stored by :mod:`producer.batches.uploads`; pages of rows are read by
-:mod:`producer.batches.results`.
+:mod:`producer.batches.results`, and a file's content for a download by
+:mod:`producer.batches.content`.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import IO, Any, Protocol, TypeVar
@@ -24,9 +24,6 @@ from producer.batches.lines import EMBEDDINGS_ENDPOINT, ENDPOINTS
 from producer.batches.results import (
     error_lines,
     output_lines,
-    paged_error_lines,
-    paged_input_lines,
-    paged_output_lines,
     tally,
     unfinished_jobs,
 )
@@ -43,7 +40,6 @@ OUTPUT_PURPOSE = "batch_output"
 ERROR_PURPOSE = "batch_error"
 MAX_LINES = 50_000
 """Request lines in one batch file, at most (OpenAI's limit)."""
-CONTENT_PIECE_BYTES = 64 * 1024
 MAX_LIST_LIMIT = 100
 
 QUOTA_RETRY_S = 60
@@ -269,44 +265,6 @@ def _drop_lines(sessions: sessionmaker[Session], file_id: str, lines: int) -> No
                     BatchFileLine.line_no < start + DELETE_CHUNK,
                 )
             )
-
-
-def file_content(sessions: sessionmaker[Session], row: BatchFile) -> Iterator[bytes]:
-    """The file's content, lines each ending with a newline, in pieces of about
-    ``CONTENT_PIECE_BYTES``.
-
-    Each page of rows is read in a session of its own, closed before the page is sent:
-    a slow reader holds no database connection while it reads.
-    """
-
-    @contextmanager
-    def read() -> Iterator[Session]:
-        with database_boundary("read the file's content"), sessions() as session:
-            yield session
-
-    if row.purpose == INPUT_PURPOSE:
-        texts: Iterator[str] = (
-            line.content for line in paged_input_lines(read, row.id, stop=row.lines)
-        )
-    else:
-        with read() as session:
-            batch = session.get(Batch, row.batch_id or "")
-        if batch is None:
-            return
-        texts = (paged_output_lines if row.purpose == OUTPUT_PURPOSE else paged_error_lines)(
-            read, batch
-        )
-    piece: list[bytes] = []
-    size = 0
-    for text in texts:
-        encoded = text.encode() + b"\n"
-        piece.append(encoded)
-        size += len(encoded)
-        if size >= CONTENT_PIECE_BYTES:
-            yield b"".join(piece)
-            piece, size = [], 0
-    if piece:
-        yield b"".join(piece)
 
 
 def create_batch(

@@ -21,7 +21,7 @@ from sqlalchemy import event, text
 from sqlalchemy.exc import OperationalError
 from starlette.testclient import TestClient
 
-from producer.batches import store
+from producer.batches import content, store
 from producer.batches.runner import BatchRunner
 from producer.client import Client
 from producer.gateway import queue_metrics
@@ -207,7 +207,7 @@ def test_a_slow_download_holds_no_database_connection(integration_settings: Sett
     with Client(integration_settings) as client:
         source = _upload(client, [line(f"r{i}") for i in range(1200)])  # pages of 500 rows
         pool = engine_of(client.sessions).pool
-        pieces = store.file_content(client.sessions, source)
+        pieces = content.file_content(client.sessions, source)
         first = next(pieces)  # the reader pauses here, as a slow client would
         assert pool.checkedout() == 0  # type: ignore[attr-defined]
         rest = b"".join(pieces)

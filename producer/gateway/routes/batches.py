@@ -22,14 +22,20 @@ from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 
 from producer.batches import store
+from producer.batches.content import file_content
 from producer.batches.lines import CHAT_ENDPOINT
 from producer.batches.runner import BatchRunner
 from producer.batches.views import batch_object, file_object
 from producer.gateway.context import GatewayContext
 from producer.gateway.errors import BAD_REQUEST, GatewayError
+from producer.gateway.pacing import BytePacer
 from schemas.tables import BatchFile
 
 FILES_PATH = "/v1/files"
+DOWNLOAD_BYTES_PER_S = 8 * 1024 * 1024
+"""What every file download of one gateway sends together, at most, on average."""
+DOWNLOAD_BURST_BYTES = 1024 * 1024
+"""How far ahead of that average downloads may send (a piece of content fits)."""
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[Any]]
 T = TypeVar("T")
 
@@ -49,9 +55,12 @@ class CreateBatch(BaseModel):
 class BatchApi:
     """The routes, sharing the gateway's client, and the runner that feeds batches."""
 
-    def __init__(self, gateway: GatewayContext) -> None:
+    def __init__(self, gateway: GatewayContext, *, downloads: BytePacer | None = None) -> None:
+        """``downloads``: the byte budget every file download shares (by default
+        ``DOWNLOAD_BYTES_PER_S``, ``DOWNLOAD_BURST_BYTES`` ahead)."""
         self.gateway = gateway
         self.runner: BatchRunner | None = None
+        self._downloads = downloads or BytePacer(DOWNLOAD_BYTES_PER_S, burst=DOWNLOAD_BURST_BYTES)
         self._pool = ThreadPoolExecutor(
             gateway.settings.batch_api_threads, thread_name_prefix="llmq-batch-api"
         )
@@ -120,9 +129,11 @@ class BatchApi:
         return StreamingResponse(self._pieces(row), media_type="application/jsonl")
 
     async def _pieces(self, row: BatchFile) -> AsyncIterator[bytes]:
-        """The file's content; each page is read in the pool, none is held while sent."""
-        pieces = store.file_content(self._sessions, row)
+        """The file's content; each page is read in the pool, none is held while sent,
+        and each piece waits for its bytes in the budget all downloads share."""
+        pieces = file_content(self._sessions, row)
         while (piece := await self._run(partial(next, pieces, None))) is not None:
+            await self._downloads.take(len(piece))
             yield piece
 
     async def create(self, body: CreateBatch, request: Request) -> JSONResponse:

@@ -1,0 +1,50 @@
+"""One byte budget that every download of a gateway shares.
+
+A download is bulk work: whatever its client's speed, the pages it reads and the
+pieces it sends take the CPU and the interpreter that key checks, submits and token
+streams need. Socket buffers hide a slow reader from its server for the first few MiB
+of every connection, so many readers that each read slowly still make the gateway
+read and send all of that at once. Downloads therefore draw from one budget of
+``rate`` bytes a second (up to ``burst`` bytes ahead), in the order they ask, so
+that all of them together take a bounded share of the gateway, however many there are
+and however fast or slowly each is read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+
+class BytePacer:
+    """A shared budget of ``rate`` bytes a second, ``burst`` bytes of which may be
+    taken at once (a generic cell rate algorithm: no task, no lock).
+
+    Raises ``ValueError`` for a rate or burst that is not positive.
+    """
+
+    def __init__(
+        self, rate: float, *, burst: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        if rate <= 0 or burst <= 0:
+            raise ValueError(f"a byte budget needs a positive rate and burst, not {rate}, {burst}")
+        self.rate = float(rate)
+        self.burst = burst
+        self._clock = clock
+        self._due = clock()
+        """When the bytes granted so far are paid for: the budget is spent until then."""
+
+    def reserve(self, size: int) -> float:
+        """Take ``size`` bytes from the budget now; the seconds to wait before sending them
+        (0 when the budget holds them). Reservations are served in the order made."""
+        now = self._clock()
+        due = max(self._due, now)
+        self._due = due + size / self.rate
+        return max(0.0, self._due - now - self.burst / self.rate)
+
+    async def take(self, size: int) -> None:
+        """Wait until ``size`` bytes may be sent."""
+        wait = self.reserve(size)
+        if wait > 0:
+            await asyncio.sleep(wait)

@@ -1,0 +1,102 @@
+"""Many clients downloading a batch file at once, however slowly each reads, take a
+bounded share of the gateway: over real Redis and PostgreSQL, with the gateway served
+by uvicorn.
+
+Socket buffers let a server write a few MiB into every connection whatever its reader
+does, so unpaced readers that never read still make the gateway read and send the
+whole file each, all at once.
+"""
+
+from __future__ import annotations
+
+import io
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+
+import pytest
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+from producer.batches import store
+from producer.client import Client
+from producer.gateway.keys import create_key
+from producer.gateway.routes import batches as batch_routes
+from schemas.settings import Settings
+from tests.gateway_server import running_gateway
+from tests.integration.test_batches import clear_batches, jsonl, line
+
+pytestmark = pytest.mark.integration
+
+LINES = 10_000
+"""About 1.5 MB: 20 pages of the 500 rows one read takes."""
+
+
+@pytest.fixture
+def stored(integration_settings: Settings) -> Iterator[tuple[Settings, str, dict[str, str]]]:
+    """The settings, a 10,000-line file and its owner's key."""
+    clear_batches(integration_settings.database_url)
+    with Client(integration_settings) as client:
+        identity, secret = create_key(client.sessions, "reader", rate_limit_per_min=60_000)
+        body = jsonl(*(line(f"r{i}") for i in range(LINES)))
+        row = store.create_file(
+            client.sessions,
+            io.BytesIO(body),
+            filename="r.jsonl",
+            purpose="batch",
+            owner=identity.id,
+            max_line_bytes=1 << 20,
+        )
+    yield integration_settings, row.id, {"Authorization": f"Bearer {secret}"}
+    clear_batches(integration_settings.database_url)
+
+
+@contextmanager
+def pages_read() -> Iterator[list[int]]:
+    """Counts the pages of an upload's lines any engine reads meanwhile."""
+    pages: list[int] = []
+
+    def count(_conn: object, _cursor: object, statement: str, *_rest: object) -> None:
+        if "FROM batch_file_lines" in statement and "LIMIT" in statement.upper():
+            pages.append(1)
+
+    event.listen(Engine, "before_cursor_execute", count)
+    try:
+        yield pages
+    finally:
+        event.remove(Engine, "before_cursor_execute", count)
+
+
+@contextmanager
+def stalled_readers(url: str, file_id: str, headers: dict[str, str], count: int) -> Iterator[None]:
+    """``count`` connections that ask for the file's content and never read it."""
+    host, port = url.removeprefix("http://").split(":")
+    request = (
+        f"GET /v1/files/{file_id}/content HTTP/1.1\r\nHost: {host}\r\n"
+        f"Authorization: {headers['Authorization']}\r\n\r\n"
+    ).encode()
+    with ExitStack() as stack:
+        for _ in range(count):
+            sock = stack.enter_context(socket.create_connection((host, int(port))))
+            sock.sendall(request)
+        yield
+
+
+def test_readers_that_never_read_are_served_from_one_paced_budget(
+    stored: tuple[Settings, str, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings, file_id, headers = stored
+    # 256 KiB a second for every download together: 2 s is about 6 pages of the file.
+    monkeypatch.setattr(batch_routes, "DOWNLOAD_BYTES_PER_S", 256 * 1024)
+    monkeypatch.setattr(batch_routes, "DOWNLOAD_BURST_BYTES", 64 * 1024)
+    readers = 8
+    with (
+        running_gateway(settings) as url,
+        pages_read() as pages,
+        stalled_readers(url, file_id, headers, readers),
+    ):
+        time.sleep(2.0)
+        read = len(pages)
+    # Unpaced, each reader's socket buffers take the whole file: 8 x 20 pages.
+    assert readers <= read <= 60, f"{read} pages read for {readers} readers that read nothing"
