@@ -62,11 +62,17 @@ def test_calls_without_a_valid_key_are_refused(
     assert gateway.get("/v1/models", headers=auth("nope")).status_code == 401
 
 
-def test_models_lists_auto_and_the_tiers(
+def test_models_lists_auto_the_tiers_and_the_embedding_model(
     gateway: httpx.Client, integration_settings: Settings
 ) -> None:
     response = gateway.get("/v1/models", headers=auth(new_key(integration_settings, "a")))
-    assert [m["id"] for m in response.json()["data"]] == ["auto", "small", "medium", "large"]
+    assert [m["id"] for m in response.json()["data"]] == [
+        "auto",
+        "small",
+        "medium",
+        "large",
+        "embed",
+    ]
 
 
 @pytest.mark.parametrize(
