@@ -277,6 +277,14 @@ class Settings(BaseSettings):
         "cancel) do their database work in; more calls wait their turn. These threads "
         "are never the ones key checks and submits use",
     )
+    download_bytes_per_s: int = Field(
+        default=8 * 1024 * 1024,
+        ge=64 * 1024,
+        description="bytes a second that every file download of one gateway "
+        "(/v1/files/{id}/content) sends together, at most, on average; downloads take "
+        "their pieces from this budget in turn, however many run and however slowly "
+        "each is read",
+    )
     metrics_refresh_s: float = Field(
         default=5.0,
         gt=0,

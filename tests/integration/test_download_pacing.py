@@ -86,9 +86,9 @@ def stalled_readers(url: str, file_id: str, headers: dict[str, str], count: int)
 def test_readers_that_never_read_are_served_from_one_paced_budget(
     stored: tuple[Settings, str, dict[str, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    settings, file_id, headers = stored
+    base, file_id, headers = stored
     # 256 KiB a second for every download together: 2 s is about 6 pages of the file.
-    monkeypatch.setattr(batch_routes, "DOWNLOAD_BYTES_PER_S", 256 * 1024)
+    settings = base.model_copy(update={"download_bytes_per_s": 256 * 1024})
     monkeypatch.setattr(batch_routes, "DOWNLOAD_BURST_BYTES", 64 * 1024)
     readers = 8
     with (

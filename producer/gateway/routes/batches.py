@@ -32,10 +32,10 @@ from producer.gateway.pacing import BytePacer
 from schemas.tables import BatchFile
 
 FILES_PATH = "/v1/files"
-DOWNLOAD_BYTES_PER_S = 8 * 1024 * 1024
-"""What every file download of one gateway sends together, at most, on average."""
+# Not a setting: how far ahead of their average rate downloads may send bounds no
+# outcome; it only has to hold a few pieces of content.
 DOWNLOAD_BURST_BYTES = 1024 * 1024
-"""How far ahead of that average downloads may send (a piece of content fits)."""
+"""How far ahead of ``settings.download_bytes_per_s`` downloads may send."""
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[Any]]
 T = TypeVar("T")
 
@@ -57,10 +57,11 @@ class BatchApi:
 
     def __init__(self, gateway: GatewayContext, *, downloads: BytePacer | None = None) -> None:
         """``downloads``: the byte budget every file download shares (by default
-        ``DOWNLOAD_BYTES_PER_S``, ``DOWNLOAD_BURST_BYTES`` ahead)."""
+        ``settings.download_bytes_per_s``, ``DOWNLOAD_BURST_BYTES`` ahead)."""
         self.gateway = gateway
         self.runner: BatchRunner | None = None
-        self._downloads = downloads or BytePacer(DOWNLOAD_BYTES_PER_S, burst=DOWNLOAD_BURST_BYTES)
+        rate = gateway.settings.download_bytes_per_s
+        self._downloads = downloads or BytePacer(rate, burst=DOWNLOAD_BURST_BYTES)
         self._pool = ThreadPoolExecutor(
             gateway.settings.batch_api_threads, thread_name_prefix="llmq-batch-api"
         )
