@@ -24,6 +24,7 @@ from schemas.settings import Settings, TierConfig
 from workers.app import LlmqCelery, make_app, start_on_receipt_of
 from workers.append_combiner import AppendCombiner
 from workers.background import BackgroundLoop
+from workers.consume import consume
 from workers.consumer_step import ConsumerDriver, install_driver
 from workers.cpu_pinning import pin_off_compute_cores
 from workers.deferred_writes import DeferredWrites
@@ -286,19 +287,13 @@ def _consume(app: LlmqCelery, runtime: WorkerRuntime, options: WorkerOptions) ->
         shares.slots,
         _under_interactive(scheduler, tier_config.batch_max_pause_s),
     )
-    worker = app.Worker(
+    return consume(
+        app,
         hostname=runtime.worker_id,
         queues=queues,
-        pool="threads",
         concurrency=shares.slots,
-        prefetch_multiplier=1,
         loglevel=options.loglevel,
-        without_gossip=True,
-        without_mingle=True,
-        quiet=True,
     )
-    worker.start()
-    return int(worker.exitcode or 0)
 
 
 def _under_interactive(scheduler: Scheduler, max_pause_s: float) -> str:

@@ -27,6 +27,7 @@ from schemas.queues import GENERATE_TASK, Priority, Tier, celery_config, job_mes
 from schemas.settings import Settings
 from workers.append_combiner import AppendCombiner
 from workers.background import BackgroundLoop
+from workers.consume import consume
 from workers.embeddings.model import SentenceEmbedder
 from workers.embeddings.runner import EmbedRuntime, run_embedding_job
 from workers.held_jobs import HeldJobs
@@ -147,19 +148,13 @@ def run_embed_worker(settings: Settings, options: EmbedWorkerOptions) -> int:
             model.dimensions,
             ", ".join(queues),
         )
-        worker = app.Worker(
+        return consume(
+            app,
             hostname=worker_id,
             queues=queues,
-            pool="threads",
             concurrency=options.concurrency,
-            prefetch_multiplier=1,
             loglevel=options.loglevel,
-            without_gossip=True,
-            without_mingle=True,
-            quiet=True,
         )
-        worker.start()
-        return int(worker.exitcode or 0)
 
 
 def _phase(registration: WorkerRegistration, options: EmbedWorkerOptions, phase: str) -> None:
