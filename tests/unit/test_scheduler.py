@@ -82,14 +82,14 @@ def test_interactive_leaves_the_batch_minimum_only_while_batch_waits() -> None:
     assert shares.paused(running(7, 1), batch_waiting=True) == set()
 
 
-def test_default_shares_keep_a_quarter_for_interactive_work() -> None:
+def test_default_shares_keep_an_eighth_for_interactive_work() -> None:
     # No fixed share under interactive work: the SLO steers it.
-    assert slot_shares(TierConfig(), 16) == SlotShares(16, 4, 1)
-    assert slot_shares(TierConfig(), 8) == SlotShares(8, 2, 1)
+    assert slot_shares(TierConfig(), 16) == SlotShares(16, 2, 1)
+    assert slot_shares(TierConfig(), 8) == SlotShares(8, 1, 1)
     assert slot_shares(TierConfig(), 2) == SlotShares(2, 1, 1)
     assert slot_shares(TierConfig(), 1) == SlotShares(1, 0, 1)
     assert slot_shares(TierConfig(batch_slots_under_interactive=2, batch_min_slots=3), 8) == (
-        SlotShares(8, 2, 3, batch_under_interactive=3)
+        SlotShares(8, 1, 3, batch_under_interactive=3)
     )
     assert slot_shares(
         TierConfig(
@@ -97,7 +97,7 @@ def test_default_shares_keep_a_quarter_for_interactive_work() -> None:
         ),
         4,
     ) == SlotShares(4, 3, 0, batch_under_interactive=0)
-    assert slot_shares(TierConfig(batch_slots_under_interactive=99), 16).batch_cap(True) == 12
+    assert slot_shares(TierConfig(batch_slots_under_interactive=99), 16).batch_cap(True) == 14
 
 
 def test_batch_holds_a_smaller_share_while_interactive_work_is_about() -> None:
@@ -111,7 +111,7 @@ def test_batch_can_pause_entirely_while_interactive_work_is_about() -> None:
     config = TierConfig(batch_slots_under_interactive=0, batch_min_slots=0)
     shares = slot_shares(config, 8)
     assert shares.batch_cap(True) == 0
-    assert shares.batch_cap(False) == 6
+    assert shares.batch_cap(False) == 7
     assert shares.paused(running(0, 0), batch_waiting=True, interactive_about=True) == {BATCH}
     assert shares.paused(running(0, 0), batch_waiting=True) == set()
     # With the default minimum, a share of 0 still leaves batch one slot.
@@ -307,7 +307,7 @@ def test_the_tier_s_slos_steer_the_share_between_its_minimum_and_maximum() -> No
         clock=lambda: 0.0,
     )
     assert share is not None
-    assert (share.low, share.high, share.ttft_slo_s, share.itl_slo_s) == (1, 12, 0.5, 0.1)
+    assert (share.low, share.high, share.ttft_slo_s, share.itl_slo_s) == (1, 14, 0.5, 0.1)
 
 
 # Making batch give way.

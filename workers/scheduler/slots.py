@@ -88,13 +88,14 @@ class SlotShares:
 def slot_shares(config: TierConfig, slots: int) -> SlotShares:
     """The tier's shares for a worker of ``slots`` slots (``--concurrency`` may differ).
 
-    By default a quarter of the slots (at least one) is kept for interactive work, and
+    By default an eighth of the slots (at least one) is kept for interactive work (past
+    it, batch keeps one slot free for the next person: ``Scheduler.batch_cap``), and
     batch's share while interactive work is about is left to the SLO
     (``batch_under_interactive`` None); ``batch_slots_under_interactive`` fixes it.
     """
     reserved = config.reserved_interactive_slots
     if reserved is None:
-        reserved = max(1, slots // 4)
+        reserved = max(1, slots // 8)
     reserved = min(reserved, slots - 1)
     batch_max = slots - reserved
     batch_min = min(config.batch_min_slots, batch_max)
