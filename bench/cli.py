@@ -13,9 +13,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -514,6 +515,21 @@ class _HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action) or ""
 
 
+# Settings whose values a result must not carry (addresses may hold passwords).
+SECRET_WORDS = ("URL", "KEY", "SECRET", "PASSWORD", "TOKEN")
+
+
+def settings_from_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The llmq settings ``environ`` sets, by variable; a credential's value (an address,
+    a key) is given as ``(set)``."""
+    known = {f"LLMQ_{name.upper()}" for name in Settings.model_fields}
+    return {
+        name: "(set)" if any(word in name for word in SECRET_WORDS) else value
+        for name, value in sorted(environ.items())
+        if name in known
+    }
+
+
 def _handler(entry: Bench, dests: list[str]) -> Callable[[argparse.Namespace], int]:
     def handle(args: argparse.Namespace) -> int:
         values = {name: getattr(args, name) for name in dests}
@@ -530,6 +546,11 @@ def _handler(entry: Bench, dests: list[str]) -> Callable[[argparse.Namespace], i
         result = entry.runner()(Settings.from_env(), values)
         result.setdefault("host", host_description())
         result.setdefault("commit", commit)
+        # Settings changed from their defaults change what was measured: say which
+        # (never what a credential is: a result is committed).
+        changed = settings_from_env(os.environ)
+        if changed:
+            result.setdefault("settings_from_env", changed)
         took = format_duration(time.monotonic() - started)
         print(f"llmq bench {entry.name}: finished in {took}", file=sys.stderr)
         return _emit(result, args.json)

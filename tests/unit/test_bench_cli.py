@@ -67,7 +67,22 @@ def test_a_plain_benchmark_gets_every_keyword_its_function_takes(
     assert seen["tier"] is Tier.LARGE
     result = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert result["bench"] == entry.name
-    assert set(result) == {"bench", "host", "commit"}
+    assert set(result) - {"settings_from_env"} == {"bench", "host", "commit"}
+
+
+def test_a_result_names_the_settings_the_environment_changed_but_no_credential() -> None:
+    environ = {
+        "LLMQ_TIERS": '{"small": {"reserved_interactive_slots": 2}}',
+        "LLMQ_DATABASE_URL": "postgresql+psycopg://u:secret@db/llmq",
+        "LLMQ_BROKER_URL": "redis://:secret@cache:6379/0",
+        "LLMQ_TEST_SLOT": "3",
+        "HOME": "/root",
+    }
+    assert cli.settings_from_env(environ) == {
+        "LLMQ_BROKER_URL": "(set)",
+        "LLMQ_DATABASE_URL": "(set)",
+        "LLMQ_TIERS": '{"small": {"reserved_interactive_slots": 2}}',
+    }
 
 
 def test_peer_and_faults_get_their_plans(
