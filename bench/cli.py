@@ -532,6 +532,9 @@ def settings_from_env(environ: Mapping[str, str]) -> dict[str, str]:
 
 def _handler(entry: Bench, dests: list[str]) -> Callable[[argparse.Namespace], int]:
     def handle(args: argparse.Namespace) -> int:
+        # A bench that runs an engine in its own process would have vLLM log to stdout,
+        # which ``--json`` keeps for the result alone.
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
         values = {name: getattr(args, name) for name in dests}
         if entry.on_engine:
             values["tier"] = Tier(args.tier)

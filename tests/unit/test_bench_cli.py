@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,21 @@ def test_a_plain_benchmark_gets_every_keyword_its_function_takes(
     result = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert result["bench"] == entry.name
     assert set(result) - {"settings_from_env"} == {"bench", "host", "commit"}
+
+
+def test_a_bench_has_vllm_log_to_stderr_so_stdout_keeps_the_json(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    entry = PLAIN[0]
+    assert isinstance(entry.run, str)
+    module_name, _, function = entry.run.partition(":")
+    module = __import__(module_name, fromlist=[function])
+    monkeypatch.setattr(module, function, lambda settings, **values: {"bench": entry.name})
+    monkeypatch.setenv("VLLM_LOGGING_STREAM", "unset below")
+    monkeypatch.delenv("VLLM_LOGGING_STREAM")
+    assert main(["bench", entry.name, "--json"]) == 0
+    assert os.environ["VLLM_LOGGING_STREAM"] == "ext://sys.stderr"
+    assert json.loads(capsys.readouterr().out)["bench"] == entry.name
 
 
 def test_a_result_names_the_settings_the_environment_changed_but_no_credential() -> None:
