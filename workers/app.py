@@ -10,13 +10,14 @@ from celery import Celery, Task
 
 from schemas.errors import DatabaseUnavailable
 from schemas.jobs import could_be_job_id
-from schemas.queues import GENERATE_TASK, celery_config, kombu_queues
+from schemas.queues import GENERATE_TASK, kombu_queues
 from schemas.settings import Settings
+from workers.consume import configure_broker
 from workers.early_start import start_on_receipt
 from workers.envelope import JobMessage
 from workers.job_runner import run_job
 from workers.received_starts import JobHint
-from workers.transport import job_message_received, transport_path
+from workers.transport import job_message_received
 from workers.worker_runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)
@@ -35,18 +36,8 @@ def make_app(settings: Settings, *, worker_id: str | None = None) -> LlmqCelery:
     worker, so the reaper can put it back at once if the worker dies.
     """
     app = LlmqCelery("llmq", set_as_current=False)
-    app.conf.update(
-        celery_config(
-            broker_url=settings.broker_url, visibility_timeout_s=settings.visibility_timeout_s
-        )
-    )
-    if worker_id is not None:
-        app.conf.broker_transport_options = {
-            **app.conf.broker_transport_options,
-            "llmq_worker_id": worker_id,
-        }
+    configure_broker(app, settings, worker_id=worker_id)
     app.conf.task_queues = kombu_queues()
-    app.conf.broker_transport = transport_path(settings.broker_url)
     app.task(name=GENERATE_TASK, bind=True, acks_late=True)(generate_task)
     return app
 

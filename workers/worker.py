@@ -19,12 +19,12 @@ from schemas.boundary import broker_error, redact_url
 from schemas.broker import redis_client
 from schemas.db import make_engine, make_sessions
 from schemas.prompt_registry import PromptCatalog
-from schemas.queues import GENERATE_TASK, Priority, Tier, job_message, queue_name, tier_queues
+from schemas.queues import Priority, Tier, queue_name, tier_queues
 from schemas.settings import Settings, TierConfig
 from workers.app import LlmqCelery, make_app, start_on_receipt_of
 from workers.append_combiner import AppendCombiner
 from workers.background import BackgroundLoop
-from workers.consume import consume
+from workers.consume import consume, job_sender, reaper_thread
 from workers.consumer_step import ConsumerDriver, install_driver
 from workers.cpu_pinning import pin_off_compute_cores
 from workers.deferred_writes import DeferredWrites
@@ -32,12 +32,10 @@ from workers.engine.vllm import VllmEngine
 from workers.engine_watch import EngineWatch
 from workers.metrics import WorkerMetrics
 from workers.models import resolve_model
-from workers.reaper import Reaper, ReaperThread
 from workers.registry import EngineTiming, WorkerRegistration
 from workers.running_jobs import CancelListener
 from workers.scheduler import Scheduler, SlotShares, slot_shares, steered_share
 from workers.scheduler_driver import SchedulerDriver
-from workers.transport import job_ids_in_broker, restore_held
 from workers.variants import check_engine_config, detect_device, served_config
 from workers.warmup import KeepWarm, time_engine, warm_job_path, warm_up
 from workers.worker_runtime import WorkerRuntime
@@ -138,7 +136,7 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
             sessions=make_sessions(db),
             prompts=PromptCatalog(settings.prompts_dir),
             on_engine_dead=stop_this_worker,
-            resend=_sender(app),
+            resend=job_sender(app),
             appends=AppendCombiner(client, retry_delays_s=timeouts.publish_retry_delays_s),
             deferred=DeferredWrites(interval_s=timeouts.deferred_write_retry_s),
             metrics=WorkerMetrics(
@@ -204,42 +202,12 @@ def _phase(registration: WorkerRegistration, options: WorkerOptions, phase: str)
         options.on_phase(phase)
 
 
-def _sender(app: LlmqCelery) -> Callable[[str, Tier, Priority], None]:
-    """Sends a job's message (without the request copy: the row is the truth)."""
-
-    def send(job_id: str, tier: Tier, priority: Priority) -> None:
-        app.send_task(GENERATE_TASK, **job_message(job_id, tier, priority))
-
-    return send
-
-
 def _helpers(runtime: WorkerRuntime, app: LlmqCelery) -> list[BackgroundLoop]:
     """The cancel listener, the reaper of dead workers' jobs and the retrier of job
     writes a database outage held back (not yet started)."""
-    send = _sender(app)
-    timeouts = runtime.settings.timeouts
-
-    def restore(worker_id: str) -> int:
-        with app.connection_for_write() as connection:
-            return restore_held(connection.default_channel, worker_id)
-
-    reaper = Reaper(
-        sessions=runtime.sessions,
-        redis=runtime.redis,
-        send=send,
-        restore_held=restore,
-        messages_in_broker=lambda: job_ids_in_broker(runtime.redis),
-        max_attempts=runtime.settings.max_attempts,
-        replay_ttl_s=runtime.settings.replay_ttl_s,
-        variants=tuple(runtime.settings.variants),
-        grace_s=timeouts.reaper_missing_grace_s,
-        unheld_grace_s=timeouts.reaper_unheld_grace_s,
-        sweep_interval_s=timeouts.lost_message_sweep_s,
-        lost_message_age_s=timeouts.lost_message_age_s,
-    )
     return [
         CancelListener(runtime.redis, runtime.running),
-        ReaperThread(reaper, interval_s=timeouts.reaper_interval_s),
+        reaper_thread(app, runtime.settings, runtime.sessions, runtime.redis),
         runtime.deferred,
     ]
 

@@ -15,25 +15,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import redis
 from celery import Celery, Task
-from sqlalchemy.orm import Session, sessionmaker
 
 from schemas.broker import redis_client
 from schemas.db import make_engine, make_sessions
 from schemas.errors import DatabaseUnavailable
 from schemas.jobs import could_be_job_id
-from schemas.queues import GENERATE_TASK, Priority, Tier, celery_config, job_message, tier_queues
+from schemas.queues import GENERATE_TASK, Tier, tier_queues
 from schemas.settings import Settings
 from workers.append_combiner import AppendCombiner
-from workers.background import BackgroundLoop
-from workers.consume import consume
+from workers.consume import configure_broker, consume, reaper_thread
 from workers.embeddings.model import SentenceEmbedder
 from workers.embeddings.runner import EmbedRuntime, run_embedding_job
 from workers.held_jobs import HeldJobs
-from workers.reaper import Reaper, ReaperThread
 from workers.registry import EngineTiming, WorkerRegistration
-from workers.transport import job_ids_in_broker, restore_held, transport_path
 from workers.worker import _require_redis, make_worker_id
 
 log = logging.getLogger(__name__)
@@ -62,16 +57,7 @@ def make_embed_app(settings: Settings, *, worker_id: str) -> EmbedCelery:
     its messages recorded as held by ``worker_id`` (the reaper puts them back at once
     if it dies), and the job task bound to :func:`run_embedding_job`."""
     app = EmbedCelery("llmq-embed", set_as_current=False)
-    app.conf.update(
-        celery_config(
-            broker_url=settings.broker_url, visibility_timeout_s=settings.visibility_timeout_s
-        )
-    )
-    app.conf.broker_transport_options = {
-        **app.conf.broker_transport_options,
-        "llmq_worker_id": worker_id,
-    }
-    app.conf.broker_transport = transport_path(settings.broker_url)
+    configure_broker(app, settings, worker_id=worker_id)
     app.task(name=GENERATE_TASK, bind=True, acks_late=True)(embed_task)
     return app
 
@@ -136,8 +122,7 @@ def run_embed_worker(settings: Settings, options: EmbedWorkerOptions) -> int:
             appends=AppendCombiner(client, retry_delays_s=settings.timeouts.publish_retry_delays_s),
             timeouts=settings.timeouts,
         )
-        for helper in _helpers(app, settings, sessions, client):
-            resources.enter_context(helper)
+        resources.enter_context(reaper_thread(app, settings, sessions, client))
         registration.mark_warm(EngineTiming(first_token_s=took_s, step_s=took_s))
         if options.on_phase is not None:
             options.on_phase("ready")
@@ -161,32 +146,3 @@ def _phase(registration: WorkerRegistration, options: EmbedWorkerOptions, phase:
     registration.set_phase(phase)
     if options.on_phase is not None:
         options.on_phase(phase)
-
-
-def _helpers(
-    app: EmbedCelery, settings: Settings, sessions: sessionmaker[Session], client: redis.Redis
-) -> list[BackgroundLoop]:
-    """The reaper of dead workers' jobs (of every tier, as every worker runs one)."""
-
-    def send(job_id: str, tier: Tier, priority: Priority) -> None:
-        app.send_task(GENERATE_TASK, **job_message(job_id, tier, priority))
-
-    def restore(worker_id: str) -> int:
-        with app.connection_for_write() as connection:
-            return restore_held(connection.default_channel, worker_id)
-
-    reaper = Reaper(
-        sessions=sessions,
-        redis=client,
-        send=send,
-        restore_held=restore,
-        messages_in_broker=lambda: job_ids_in_broker(client),
-        max_attempts=settings.max_attempts,
-        replay_ttl_s=settings.replay_ttl_s,
-        variants=tuple(settings.variants),
-        grace_s=settings.timeouts.reaper_missing_grace_s,
-        unheld_grace_s=settings.timeouts.reaper_unheld_grace_s,
-        sweep_interval_s=settings.timeouts.lost_message_sweep_s,
-        lost_message_age_s=settings.timeouts.lost_message_age_s,
-    )
-    return [ReaperThread(reaper, interval_s=settings.timeouts.reaper_interval_s)]
