@@ -297,6 +297,14 @@ class Settings(BaseSettings):
         description="when the gateway requires keys, /metrics needs one too (any valid API "
         "key, sent as Authorization: Bearer); false: /metrics is open to whoever reaches it",
     )
+    probe_requests_per_s: float = Field(
+        default=20.0,
+        ge=0,
+        le=100_000,
+        description="answers a second that /healthz, /readyz and /metrics give one client "
+        "address together (a second's worth at once); more wait their turn, and one that "
+        "would wait over 2 s is refused with 429 after 2 s. 0: not paced",
+    )
     readyz_cache_s: float = Field(
         default=2.0,
         ge=0,

@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException
 from producer.gateway.context import GatewayContext
 from producer.gateway.errors import BAD_REQUEST, NOT_FOUND, GatewayError, HttpError, error_response
 from producer.gateway.guard import FrontDoor
+from producer.gateway.probe_pacing import ProbePacer
 from producer.gateway.routes.batches import FILES_PATH, add_batch_api
 from producer.gateway.routes.conversations import add_conversation_routes
 from producer.gateway.routes.jobs import add_job_routes
@@ -29,6 +30,9 @@ SERVED_ENDPOINTS = (
     "/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, /v1/files, "
     "/v1/batches, /v1/jobs, /v1/conversations"
 )
+# A probe over its address's rate waits at most this long for its turn, then is
+# refused (429): an orchestrator's own probes, far below the rate, never wait.
+PROBE_MAX_WAIT_S = 2.0
 # A path echoed in an error is cut: the caller sent it, but it may be huge.
 MAX_ECHOED_PATH_CHARS = 200
 
@@ -62,6 +66,11 @@ def create_app(
         ),
         max_upload_bytes=settings.max_upload_bytes,
         body_timeout_s=settings.body_read_timeout_s,
+        probe_pacer=(
+            ProbePacer(settings.probe_requests_per_s, max_wait_s=PROBE_MAX_WAIT_S)
+            if settings.probe_requests_per_s > 0
+            else None
+        ),
     )
     app.add_exception_handler(LlmqError, _llmq_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]

@@ -30,6 +30,7 @@ from producer.gateway.errors import (
     rate_limited,
 )
 from producer.gateway.keys import KEY_CACHE_S, KeyIdentity, authenticate, hash_secret
+from producer.gateway.probe_pacing import PROBE_PATHS, ProbePacer
 from producer.gateway.ratelimit import auth_blocked, over_limit, record_auth_failure
 from schemas.errors import LlmqError
 
@@ -146,8 +147,10 @@ class FrontDoor:
         max_upload_bytes: int = 0,
         keyed_paths: frozenset[str] = frozenset(),
         body_timeout_s: float = BODY_TIMEOUT_S,
+        probe_pacer: ProbePacer | None = None,
     ) -> None:
         self.app = app
+        self.probe_pacer = probe_pacer
         self.authorize = authorize
         self.keyed_paths = keyed_paths
         self.max_body_bytes = max_body_bytes
@@ -162,11 +165,14 @@ class FrontDoor:
             return
         try:
             path: str = scope["path"]
+            client = scope.get("client")
+            address = client[0] if client else "unknown"
+            if self.probe_pacer is not None and path in PROBE_PATHS:
+                # Before the key check: a flood of keyed scrapes must not reach Redis.
+                await self.probe_pacer.take(address)
             keyed = path == "/v1" or path.startswith("/v1/") or path in self.keyed_paths
             if self.authorize is not None and keyed:
                 headers = _headers(scope)
-                client = scope.get("client")
-                address = client[0] if client else "unknown"
                 identity = await self.authorize(headers.get("authorization", ""), address)
                 scope.setdefault("state", {})["identity"] = identity
             if path in self.upload_paths:

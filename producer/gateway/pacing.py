@@ -43,6 +43,14 @@ class BytePacer:
         self._due = due + size / self.rate
         return max(0.0, self._due - now - self.burst / self.rate)
 
+    def release(self, size: int) -> None:
+        """Give back ``size`` bytes of the last reservation (one that will not be sent)."""
+        self._due -= size / self.rate
+
+    def idle(self) -> bool:
+        """Whether the whole burst is available: nothing reserved is still unpaid."""
+        return self._due <= self._clock()
+
     async def take(self, size: int) -> None:
         """Wait until ``size`` bytes may be sent."""
         wait = self.reserve(size)

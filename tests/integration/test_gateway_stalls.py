@@ -172,6 +172,38 @@ def test_readyz_is_answered_from_a_recent_check_and_writes_nothing(
     assert len(probes) <= 2, probes
 
 
+def test_a_probe_flood_from_one_address_is_held_to_its_rate_and_never_refused(
+    integration_settings: Settings,
+) -> None:
+    rate, flood_s = 10.0, 2.0
+    paced = integration_settings.model_copy(
+        update={"probe_requests_per_s": rate, "metrics_require_key": False}
+    )
+    statuses: list[int] = []
+    with running_gateway(paced) as url:
+        stop = time.monotonic() + flood_s
+
+        def flood(path: str) -> None:
+            with httpx.Client(base_url=url, timeout=10) as http:
+                while time.monotonic() < stop:
+                    statuses.append(http.get(path).status_code)
+
+        threads = [threading.Thread(target=flood, args=(p,)) for p in ("/healthz", "/readyz")]
+        threads += [threading.Thread(target=flood, args=("/metrics",))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        with httpx.Client(base_url=url) as http:
+            started = time.monotonic()
+            assert http.get("/v1/models", headers=new_key(paced)).status_code == 200
+            assert time.monotonic() - started < 1.0, "the API is not paced with the probes"
+    # A second's worth at once, then the rate (the last wait may end past the flood).
+    assert len(statuses) <= rate * (flood_s + 1) + 3, len(statuses)
+    assert len(statuses) >= rate * flood_s
+    assert set(statuses) == {200}, "a wait this short is never a refusal"
+
+
 def test_batch_feeders_waiting_on_a_full_queue_leave_the_default_pool_free(
     integration_settings: Settings,
 ) -> None:

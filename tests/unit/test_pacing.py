@@ -1,12 +1,15 @@
-"""The byte budget every download of a gateway shares."""
+"""The byte budget every download of a gateway shares, and probes paced per address."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
+from producer.gateway.errors import GatewayError
 from producer.gateway.pacing import BytePacer
+from producer.gateway.probe_pacing import ProbePacer
 
 
 class Clock:
@@ -60,3 +63,42 @@ def test_take_sleeps_what_reserve_says() -> None:
 def test_a_budget_needs_a_positive_rate_and_burst(rate: float, burst: int) -> None:
     with pytest.raises(ValueError, match="positive rate and burst"):
         BytePacer(rate, burst=burst)
+
+
+def test_probes_from_one_address_get_its_rate_and_others_are_untouched() -> None:
+    clock = Clock()
+    pacer = ProbePacer(10, max_wait_s=2.0, clock=clock)
+    waits = [pacer.reserve("10.0.0.1") for _ in range(30)]
+    assert waits[:10] == [0.0] * 10, "a second's worth is answered at once"
+    assert waits[10] == pytest.approx(0.1)
+    assert waits[29] == pytest.approx(2.0)
+    assert pacer.reserve("10.0.0.2") == 0.0, "another address has its own budget"
+    assert pacer.reserve("10.0.0.1") is None, "past the longest wait: refused"
+    clock.now += 3.0
+    assert pacer.reserve("10.0.0.1") == pytest.approx(0.0), "a refusal took nothing"
+
+
+def test_a_probe_past_the_longest_wait_waits_then_gets_a_429() -> None:
+    pacer = ProbePacer(1000, max_wait_s=0.05)
+    for _ in range(1000 + 50):
+        pacer.reserve("10.0.0.1")
+    started = time.monotonic()
+    with pytest.raises(GatewayError) as refused:
+        asyncio.run(pacer.take("10.0.0.1"))
+    assert time.monotonic() - started >= 0.05, "a refusal is not answered at once"
+    assert refused.value.http.status == 429 and refused.value.http.retry_after_s == 1
+
+
+def test_the_address_table_stays_bounded() -> None:
+    clock = Clock()
+    pacer = ProbePacer(1, max_wait_s=1.0, max_addresses=8, clock=clock)
+    for n in range(100):
+        pacer.reserve(f"10.0.0.{n}")
+        clock.now += 0.01
+    assert len(pacer._by_address) <= 8
+
+
+@pytest.mark.parametrize("rate, wait", [(0, 1.0), (1, 0.0)])
+def test_a_probe_pacer_needs_a_positive_rate_and_wait(rate: float, wait: float) -> None:
+    with pytest.raises(ValueError):
+        ProbePacer(rate, max_wait_s=wait)
