@@ -1,9 +1,4 @@
-"""Create the jobs table.
-
-Revision ID: 0001
-Revises:
-Create Date: 2026-12-02
-"""
+"""Create the jobs table."""
 
 from __future__ import annotations
 
@@ -12,8 +7,6 @@ from alembic import op
 
 revision = "0001"
 down_revision = None
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -1,19 +1,14 @@
-"""API keys for the gateway, and the key that owns each job.
-
-Revision ID: 0003
-Revises: 0002
-Create Date: 2026-12-02
-"""
+"""API keys for the gateway, and the key that owns each job."""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
 
+from migrations.alter import add_columns, drop_columns
+
 revision = "0003"
 down_revision = "0002"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
@@ -28,13 +23,11 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_api_keys")),
         sa.UniqueConstraint("key_hash", name=op.f("uq_api_keys_key_hash")),
     )
-    with op.batch_alter_table("jobs") as batch:
-        batch.add_column(sa.Column("owner", sa.String(32), nullable=True))
-        batch.create_index("ix_jobs_owner", ["owner"])
+    add_columns(
+        "jobs", sa.Column("owner", sa.String(32), nullable=True), index=("ix_jobs_owner", ["owner"])
+    )
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("jobs") as batch:
-        batch.drop_index("ix_jobs_owner")
-        batch.drop_column("owner")
+    drop_columns("jobs", "owner", index="ix_jobs_owner")
     op.drop_table("api_keys")

@@ -1,27 +1,22 @@
-"""Scope idempotency keys to the job's owner and remember what each key was used for.
-
-Revision ID: 0006
-Revises: 0005
-Create Date: 2026-12-09
-"""
+"""Scope idempotency keys to the job's owner and remember what each key was used for."""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
 
+from migrations.alter import add_columns
+
 revision = "0006"
 down_revision = "0005"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("jobs") as batch:
-        batch.add_column(
-            sa.Column("idempotency_scope", sa.String(32), nullable=False, server_default="")
-        )
-        batch.add_column(sa.Column("request_hash", sa.String(64), nullable=True))
+    add_columns(
+        "jobs",
+        sa.Column("idempotency_scope", sa.String(32), nullable=False, server_default=""),
+        sa.Column("request_hash", sa.String(64), nullable=True),
+    )
     op.execute("UPDATE jobs SET idempotency_scope = owner WHERE owner IS NOT NULL")
     with op.batch_alter_table("jobs") as batch:
         batch.drop_constraint("uq_jobs_idempotency_key", type_="unique")

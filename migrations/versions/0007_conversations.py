@@ -1,9 +1,4 @@
-"""Conversations, their turns, and one summary per conversation and day.
-
-Revision ID: 0007
-Revises: 0006
-Create Date: 2026-12-12
-"""
+"""Conversations, their turns, and one summary per conversation and day."""
 
 from __future__ import annotations
 
@@ -12,8 +7,6 @@ from alembic import op
 
 revision = "0007"
 down_revision = "0006"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -1,19 +1,14 @@
-"""The Batch API: uploaded files and their lines, batches, line errors; jobs name their batch.
-
-Revision ID: 0008
-Revises: 0007
-Create Date: 2026-12-12
-"""
+"""The Batch API: uploaded files and their lines, batches, line errors; jobs name their batch."""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
 
+from migrations.alter import add_columns, drop_columns
+
 revision = "0008"
 down_revision = "0007"
-branch_labels = None
-depends_on = None
 
 
 def _when(name: str, *, nullable: bool = True) -> sa.Column[object]:
@@ -84,17 +79,16 @@ def upgrade() -> None:
         sa.Column("message", sa.Text(), nullable=False),
         sa.PrimaryKeyConstraint("batch_id", "line_no", name=op.f("pk_batch_line_errors")),
     )
-    with op.batch_alter_table("jobs") as batch:
-        batch.add_column(sa.Column("batch_id", sa.String(40), nullable=True))
-        batch.add_column(sa.Column("custom_id", sa.String(200), nullable=True))
-        batch.create_index("ix_jobs_batch_id", ["batch_id"])
+    add_columns(
+        "jobs",
+        sa.Column("batch_id", sa.String(40), nullable=True),
+        sa.Column("custom_id", sa.String(200), nullable=True),
+        index=("ix_jobs_batch_id", ["batch_id"]),
+    )
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("jobs") as batch:
-        batch.drop_index("ix_jobs_batch_id")
-        batch.drop_column("custom_id")
-        batch.drop_column("batch_id")
+    drop_columns("jobs", "batch_id", "custom_id", index="ix_jobs_batch_id")
     op.drop_table("batch_line_errors")
     op.drop_index("ix_batches_status", table_name="batches")
     op.drop_index("ix_batches_owner", table_name="batches")

@@ -1,9 +1,4 @@
-"""The A/B quality gate: its runs, and promotions of a variant to serve a base tier.
-
-Revision ID: 0009
-Revises: 0008
-Create Date: 2026-12-03
-"""
+"""The A/B quality gate: its runs, and promotions of a variant to serve a base tier."""
 
 from __future__ import annotations
 
@@ -12,8 +7,6 @@ from alembic import op
 
 revision = "0009"
 down_revision = "0008"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
