@@ -59,15 +59,9 @@ def read_events(
     the job's channel that Redis confirmed before the job's message was sent
     (``SyncPubSubPool.confirmed``): the first connection, with nothing to read first.
     """
-    reader = StreamReader(
-        job_id,
-        from_seq=from_seq,
-        timeout=timeout,
-        confirmed_before_job=early is not None,
-        reconnect_budget_s=reconnect_budget_s,
+    reader, log_key, channel = _reader(
+        job_id, from_seq, timeout, early is not None, reconnect_budget_s
     )
-    log_key = event_log_key(job_id)
-    channel = event_channel(job_id)
     pool = subscriptions or SyncPubSubPool(client, keep=0)
     while not reader.finished:
         try:
@@ -98,15 +92,9 @@ async def aread_events(
     reconnect_budget_s: float = RECONNECT_BUDGET_S,
 ) -> AsyncIterator[Event]:
     """Asyncio twin of :func:`read_events`, with the same guarantees and arguments."""
-    reader = StreamReader(
-        job_id,
-        from_seq=from_seq,
-        timeout=timeout,
-        confirmed_before_job=early is not None,
-        reconnect_budget_s=reconnect_budget_s,
+    reader, log_key, channel = _reader(
+        job_id, from_seq, timeout, early is not None, reconnect_budget_s
     )
-    log_key = event_log_key(job_id)
-    channel = event_channel(job_id)
     pool = subscriptions or PubSubPool(client, keep=0)
     while not reader.finished:
         try:
@@ -126,6 +114,24 @@ async def aread_events(
                         yield event
         except redis.RedisError as exc:
             await asyncio.sleep(reader.connection_lost(exc))
+
+
+def _reader(
+    job_id: str,
+    from_seq: int,
+    timeout: float | None,
+    confirmed_before_job: bool,
+    reconnect_budget_s: float,
+) -> tuple[StreamReader, str, str]:
+    """The protocol reading ``job_id``'s events, and the replay log and the channel it reads."""
+    reader = StreamReader(
+        job_id,
+        from_seq=from_seq,
+        timeout=timeout,
+        confirmed_before_job=confirmed_before_job,
+        reconnect_budget_s=reconnect_budget_s,
+    )
+    return reader, event_log_key(job_id), event_channel(job_id)
 
 
 def _row(terminal_lookup: TerminalLookup | None, seq: int) -> TerminalEvent | None:
@@ -190,7 +196,4 @@ def request_cancel(client: redis.Redis, job_id: str, *, ttl_s: int) -> None:
     The key outlives a missed pub/sub message: a worker looks for it after the
     job's first token.
     """
-    pipe = client.pipeline(transaction=False)
-    pipe.set(cancel_key(job_id), "1", ex=ttl_s)
-    pipe.publish(CANCEL_CHANNEL, job_id)
-    pipe.execute()
+    request_cancels(client, [job_id], ttl_s=ttl_s)
