@@ -10,7 +10,7 @@ import redis.asyncio as aioredis
 from sqlalchemy.orm import Session, sessionmaker
 from typing_extensions import Unpack
 
-from producer.client import Client, SubmitOptions
+from producer.client import Client, EmbedOptions, SubmitOptions
 from producer.embeddings import EmbedInput
 from producer.handles import HandleCore, with_logprobs
 from producer.jobs import new_job_id
@@ -83,27 +83,11 @@ class AsyncClient:
         )
 
     async def submit_embeddings(
-        self,
-        texts: EmbedInput,
-        *,
-        priority: Priority | str = Priority.INTERACTIVE,
-        idempotency_key: str | None = None,
-        owner: str | None = None,
-        require_warm_worker: bool = False,
-        deadline_s: float | None = None,
+        self, texts: EmbedInput, **options: Unpack[EmbedOptions]
     ) -> AsyncJobHandle:
-        """See :meth:`producer.client.Client.submit_embeddings`."""
-        handle = await asyncio.to_thread(
-            partial(
-                self._sync.submit_embeddings,
-                texts,
-                priority=priority,
-                idempotency_key=idempotency_key,
-                owner=owner,
-                require_warm_worker=require_warm_worker,
-                deadline_s=deadline_s,
-            )
-        )
+        """See :meth:`producer.client.Client.submit_embeddings`, whose enqueue options
+        (:class:`~producer.client.EmbedOptions`) it takes by name."""
+        handle = await asyncio.to_thread(partial(self._sync.submit_embeddings, texts, **options))
         return AsyncJobHandle(self, handle.job_id, handle.tier, handle.priority)
 
     async def give_back(self, early: PubSub, job_id: str) -> None:
@@ -155,18 +139,15 @@ class AsyncClient:
         timeout: float | None = None,
         early: PubSub | None = None,
     ) -> AsyncIterator[Event]:
-        """A job's stream events from ``from_seq`` on, ending with the terminal event;
-        ``early``: the subscription ``submit(subscribe=True)`` made for this job."""
-        lookup = partial(self._sync.terminal_event, job_id)
+        """See :meth:`producer.client.Client.events`."""
         return aread_events(
             self._redis,
             job_id,
             from_seq=from_seq,
             timeout=timeout,
-            terminal_lookup=lookup,
             subscriptions=self._subscriptions,
             early=early,
-            reconnect_budget_s=self.settings.timeouts.stream_reconnect_s,
+            **self._sync.stream_recovery(job_id),
         )
 
     async def aclose(self) -> None:

@@ -36,6 +36,7 @@ from producer.router.route import Router
 from producer.status import QueueDepth, queue_depths
 from producer.streams import (
     Event,
+    TerminalLookup,
     close_stream,
     close_streams,
     read_events,
@@ -61,16 +62,29 @@ CANCEL_PIPELINE = 1000
 """Streams closed per pipeline when a batch's queued jobs are cancelled at once."""
 
 
-class SubmitOptions(TypedDict, total=False):
-    """The enqueue options of :meth:`Client.submit`, by name, for a caller that passes
-    them on (the asyncio client); each means what it means there."""
+class StreamRecovery(TypedDict):
+    """The arguments of ``read_events`` and ``aread_events`` that a client fills in."""
 
-    tier: Tier | str
+    terminal_lookup: TerminalLookup
+    reconnect_budget_s: float
+
+
+class EmbedOptions(TypedDict, total=False):
+    """The enqueue options of :meth:`Client.submit_embeddings`, by name, for a caller
+    that passes them on (the asyncio client); each means what it means there."""
+
     priority: Priority | str
     idempotency_key: str | None
     owner: str | None
     require_warm_worker: bool
     deadline_s: float | None
+
+
+class SubmitOptions(EmbedOptions, total=False):
+    """The enqueue options of :meth:`Client.submit`: those of an embedding job, a tier
+    and a conversation."""
+
+    tier: Tier | str
     conversation_id: str | None
 
 
@@ -495,17 +509,24 @@ class Client:
     ) -> Generator[Event, None, None]:
         """A job's stream events from ``from_seq`` on, ending with the terminal event;
         ``early``: the subscription ``submit(subscribe=True)`` made for this job."""
-        lookup = partial(self.terminal_event, job_id)
         return read_events(
             self._redis,
             job_id,
             from_seq=from_seq,
             timeout=timeout,
-            terminal_lookup=lookup,
             subscriptions=self._subscriptions,
             early=early,
-            reconnect_budget_s=self.settings.timeouts.stream_reconnect_s,
+            **self.stream_recovery(job_id),
         )
+
+    def stream_recovery(self, job_id: str) -> StreamRecovery:
+        """How a reader of ``job_id``'s stream (this client's or the asyncio one's) gets
+        past a lost log or connection: the job row's terminal event, and the settings'
+        reconnect budget."""
+        return {
+            "terminal_lookup": partial(self.terminal_event, job_id),
+            "reconnect_budget_s": self.settings.timeouts.stream_reconnect_s,
+        }
 
     def give_back(self, early: SyncPubSub, job_id: str) -> None:
         """Return a subscription to ``job_id``'s stream that will not be read."""
