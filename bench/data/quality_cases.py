@@ -17,7 +17,7 @@ import random
 import sys
 from pathlib import Path
 
-from bench.data.store_policies import Row, case, store_policies
+from bench.data.store_policies import Row, case, customer_case, store_policies
 from producer.quality.cases import BUNDLED_CASES, parse_cases
 
 SEED = 15
@@ -36,18 +36,7 @@ def customer_service(rng: random.Random) -> list[Row]:
     rows: list[Row] = []
 
     def add(context: str, question: str, expected: str | int) -> None:
-        # A number must stand alone ("5" is not in "$50"); a word is a plain substring.
-        numeric = isinstance(expected, int)
-        rows.append(
-            case(
-                f"Store information: {context}\nCustomer: {question}\n"
-                "Answer the customer in one short sentence.",
-                "regex" if numeric else "contains",
-                rf"(?<![\d.]){expected}(?!\d)" if numeric else expected,
-                max_tokens=24,
-                tags=["customer-service"],
-            )
-        )
+        rows.append(customer_case(context, question, expected, tags=["customer-service"]))
 
     for _ in range(14):
         opens, closes = rng.randint(7, 10), rng.randint(4, 6)

@@ -30,6 +30,21 @@ def case(
     return row | {"max_tokens": max_tokens, "tags": tags}
 
 
+def customer_case(context: str, question: str, expected: int | str, *, tags: list[str]) -> Row:
+    """A customer-service case: the store information, the customer's question, and the
+    fact the short answer must give. A number must stand alone ("5" is not in "$50"); a
+    word is a plain substring."""
+    numeric = isinstance(expected, int)
+    return case(
+        f"Store information: {context}\nCustomer: {question}\n"
+        "Answer the customer in one short sentence.",
+        "regex" if numeric else "contains",
+        rf"(?<![\d.]){expected}(?!\d)" if numeric else expected,
+        max_tokens=24,
+        tags=tags,
+    )
+
+
 @dataclass(frozen=True)
 class Policy:
     """A store policy: ways to state it, ways a customer asks, and the values it takes.
@@ -420,15 +435,5 @@ def store_policies(rng: random.Random) -> list[Row]:
             asked = opener + question.format(item=item)
             if _occurrences(value, f"{context} {asked}") != 1:
                 raise ValueError(f"the answer {value!r} is not once in: {context} {asked}")
-            numeric = isinstance(value, int)
-            rows.append(
-                case(
-                    f"Store information: {context}\nCustomer: {asked}\n"
-                    "Answer the customer in one short sentence.",
-                    "regex" if numeric else "contains",
-                    rf"(?<![\d.]){value}(?!\d)" if numeric else value,
-                    max_tokens=24,
-                    tags=["customer-service", "policy"],
-                )
-            )
+            rows.append(customer_case(context, asked, value, tags=["customer-service", "policy"]))
     return rows
