@@ -10,6 +10,7 @@ moments, or on one host's monotonic clock.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -46,25 +47,26 @@ def _generic(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
     return "CURRENT_TIMESTAMP"
 
 
-@compiles(db_now, "postgresql")
-def _postgresql(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
-    offset = _offset_param(element, compiler, **kw)
-    if offset is None:
-        return "clock_timestamp()"
-    return f"(clock_timestamp() + make_interval(secs => {offset}))"
+def _dialect_clock(now: str, shifted: str) -> Callable[..., str]:
+    """A compiler of ``db_now`` for one dialect: ``now`` without an offset, else
+    ``shifted`` with the offset's SQL in place of ``{offset}``."""
+
+    def compile_clock(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
+        clauses = list(element.clauses)
+        if not clauses:
+            return now
+        return shifted.format(offset=compiler.process(clauses[0], **kw))
+
+    return compile_clock
 
 
-@compiles(db_now, "sqlite")
-def _sqlite(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
-    offset = _offset_param(element, compiler, **kw)
-    if offset is None:
-        return "strftime('%Y-%m-%d %H:%M:%f', 'now')"
-    # SQLite's modifier is text: '+12.5 seconds'.
-    return f"strftime('%Y-%m-%d %H:%M:%f', 'now', printf('%+f seconds', {offset}))"
-
-
-def _offset_param(element: db_now, compiler: SQLCompiler, **kw: Any) -> str | None:
-    clauses = list(element.clauses)
-    if not clauses:
-        return None
-    return str(compiler.process(clauses[0], **kw))
+compiles(db_now, "postgresql")(
+    _dialect_clock("clock_timestamp()", "(clock_timestamp() + make_interval(secs => {offset}))")
+)
+# SQLite's modifier is text: '+12.5 seconds'.
+compiles(db_now, "sqlite")(
+    _dialect_clock(
+        "strftime('%Y-%m-%d %H:%M:%f', 'now')",
+        "strftime('%Y-%m-%d %H:%M:%f', 'now', printf('%+f seconds', {offset}))",
+    )
+)
