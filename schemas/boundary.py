@@ -18,8 +18,8 @@ Use the context managers at the boundary::
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from urllib.parse import urlsplit
 
 import redis
@@ -58,22 +58,27 @@ def database_error(
     return DatabaseUnavailable(_message(doing, _database_reason(exc), then))
 
 
-@contextmanager
-def broker_boundary(doing: str, *, then: str | None = None) -> Iterator[None]:
+def broker_boundary(doing: str, *, then: str | None = None) -> AbstractContextManager[None]:
     """Raise :func:`broker_error` for any broker exception in the block."""
-    try:
-        yield
-    except BROKER_ERRORS as exc:
-        raise broker_error(exc, doing=doing, then=then) from exc
+    return _boundary(BROKER_ERRORS, broker_error, doing, then)
+
+
+def database_boundary(doing: str, *, then: str | None = None) -> AbstractContextManager[None]:
+    """Raise :func:`database_error` for any SQLAlchemy exception in the block."""
+    return _boundary(DATABASE_ERRORS, database_error, doing, then)
 
 
 @contextmanager
-def database_boundary(doing: str, *, then: str | None = None) -> Iterator[None]:
-    """Raise :func:`database_error` for any SQLAlchemy exception in the block."""
+def _boundary(
+    errors: tuple[type[Exception], ...],
+    convert: Callable[..., Exception],
+    doing: str,
+    then: str | None,
+) -> Iterator[None]:
     try:
         yield
-    except DATABASE_ERRORS as exc:
-        raise database_error(exc, doing=doing, then=then) from exc
+    except errors as exc:
+        raise convert(exc, doing=doing, then=then) from exc
 
 
 def redact_url(url: str) -> str:
