@@ -8,13 +8,19 @@ files a download serves.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from sqlalchemy import select
+from sqlalchemy import Row, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from producer.batches.results import READ_CHUNK, Reader, paged_error_lines, paged_output_lines
+from producer.batches.results import (
+    READ_CHUNK,
+    Reader,
+    keyset_pages,
+    paged_error_lines,
+    paged_output_lines,
+)
 from producer.batches.store import INPUT_PURPOSE, OUTPUT_PURPOSE
 from schemas.boundary import database_boundary
 from schemas.tables import Batch, BatchFile, BatchFileLine
@@ -61,8 +67,10 @@ def file_content(sessions: sessionmaker[Session], row: BatchFile) -> Iterator[by
 
 def input_texts(read: Reader, file_id: str, *, stop: int) -> Iterator[str]:
     """The text of an upload's stored lines before ``stop``, in order, a page a read."""
-    at = 0
-    while at < stop:
+
+    def page(session: Session, at: int) -> Sequence[Row[int, str]]:
+        if at >= stop:
+            return []
         query = (
             select(BatchFileLine.line_no, BatchFileLine.content)
             .where(
@@ -73,10 +81,7 @@ def input_texts(read: Reader, file_id: str, *, stop: int) -> Iterator[str]:
             .order_by(BatchFileLine.line_no)
             .limit(READ_CHUNK)
         )
-        with read() as session:
-            rows = session.execute(query).all()
-        if not rows:
-            return
-        for _line_no, content in rows:
-            yield content
-        at = rows[-1].line_no + 1
+        return session.execute(query).all()
+
+    for _line_no, content in keyset_pages(read, page, 0, lambda row: row.line_no + 1):
+        yield content

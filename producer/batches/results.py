@@ -8,9 +8,10 @@ session the caller holds.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
+from typing import TypeVar
 
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -26,6 +27,8 @@ UNFINISHED = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
 Reader = Callable[[], AbstractContextManager[Session]]
 """Opens a session for one page of rows: a session factory (a short session per page)
 or ``lambda: nullcontext(session)`` (every page in a session the caller holds)."""
+Key = TypeVar("Key")
+Item = TypeVar("Item")
 
 
 def input_lines(
@@ -35,57 +38,67 @@ def input_lines(
     return paged_input_lines(lambda: nullcontext(session), file_id, start=start, stop=stop)
 
 
+def keyset_pages(
+    read: Reader,
+    page: Callable[[Session, Key], Sequence[Item]],
+    start: Key,
+    next_key: Callable[[Item], Key],
+) -> Iterator[Item]:
+    """Every row of a keyset-paged read, a page per ``read``: ``page(session, key)``
+    reads up to ``READ_CHUNK`` rows from ``key`` on, the next page starts at the last
+    row's ``next_key``, and an empty page is the end."""
+    key = start
+    while True:
+        with read() as session:
+            rows = page(session, key)
+        if not rows:
+            return
+        yield from rows
+        key = next_key(rows[-1])
+
+
 def paged_input_lines(
     read: Reader, file_id: str, *, start: int = 0, stop: int | None = None
 ) -> Iterator[BatchFileLine]:
-    at = start
-    while stop is None or at < stop:
+    def page(session: Session, at: int) -> Sequence[BatchFileLine]:
+        if stop is not None and at >= stop:
+            return []
         query = select(BatchFileLine).where(
             BatchFileLine.file_id == file_id, BatchFileLine.line_no >= at
         )
         if stop is not None:
             query = query.where(BatchFileLine.line_no < stop)
-        with read() as session:
-            rows = session.scalars(query.order_by(BatchFileLine.line_no).limit(READ_CHUNK)).all()
-        if not rows:
-            return
-        yield from rows
-        at = rows[-1].line_no + 1
+        return session.scalars(query.order_by(BatchFileLine.line_no).limit(READ_CHUNK)).all()
+
+    return keyset_pages(read, page, start, lambda line: line.line_no + 1)
 
 
 def _jobs(read: Reader, *where: ColumnElement[bool]) -> Iterator[Job]:
     """Job rows matching ``where`` in (created_at, id) order, a page per read."""
-    after: tuple[datetime, str] | None = None
-    while True:
+
+    def page(session: Session, after: tuple[datetime, str] | None) -> Sequence[Job]:
         query = select(Job).where(*where)
         if after is not None:
             created, job_id = after
             query = query.where(
                 (Job.created_at > created) | ((Job.created_at == created) & (Job.id > job_id))
             )
-        with read() as session:
-            rows = session.scalars(query.order_by(Job.created_at, Job.id).limit(READ_CHUNK)).all()
-        if not rows:
-            return
-        yield from rows
-        after = (rows[-1].created_at, rows[-1].id)
+        return session.scalars(query.order_by(Job.created_at, Job.id).limit(READ_CHUNK)).all()
+
+    return keyset_pages(read, page, None, lambda job: (job.created_at, job.id))
 
 
 def _line_errors(read: Reader, batch_id: str) -> Iterator[BatchLineError]:
-    at = -1
-    while True:
+    def page(session: Session, after: int) -> Sequence[BatchLineError]:
         query = (
             select(BatchLineError)
-            .where(BatchLineError.batch_id == batch_id, BatchLineError.line_no > at)
+            .where(BatchLineError.batch_id == batch_id, BatchLineError.line_no > after)
             .order_by(BatchLineError.line_no)
             .limit(READ_CHUNK)
         )
-        with read() as session:
-            rows = session.scalars(query).all()
-        if not rows:
-            return
-        yield from rows
-        at = rows[-1].line_no
+        return session.scalars(query).all()
+
+    return keyset_pages(read, page, -1, lambda error: error.line_no)
 
 
 def output_lines(session: Session, batch: Batch) -> Iterator[str]:
