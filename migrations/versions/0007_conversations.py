@@ -9,6 +9,29 @@ revision = "0007"
 down_revision = "0006"
 
 
+def _create_conversation_part(name: str, unique_by: str, *columns: sa.Column[object]) -> None:
+    """A table of rows that belong to a conversation: an id, the conversation's key
+    (gone with the conversation), then ``columns``; one row per conversation and
+    ``unique_by``."""
+    op.create_table(
+        name,
+        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
+        sa.Column("owner", sa.String(32), nullable=False),
+        sa.Column("conversation_id", sa.String(200), nullable=False),
+        *columns,
+        sa.PrimaryKeyConstraint("id", name=op.f(f"pk_{name}")),
+        sa.UniqueConstraint(
+            "owner", "conversation_id", unique_by, name=f"uq_{name}_conversation_{unique_by}"
+        ),
+        sa.ForeignKeyConstraint(
+            ["owner", "conversation_id"],
+            ["conversations.owner", "conversations.id"],
+            name=f"fk_{name}_conversation",
+            ondelete="CASCADE",
+        ),
+    )
+
+
 def upgrade() -> None:
     op.create_table(
         "conversations",
@@ -19,33 +42,21 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("owner", "id", name=op.f("pk_conversations")),
     )
     op.create_index("ix_conversations_updated_at", "conversations", ["updated_at"])
-    op.create_table(
+    _create_conversation_part(
         "turns",
-        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
-        sa.Column("owner", sa.String(32), nullable=False),
-        sa.Column("conversation_id", sa.String(200), nullable=False),
+        "seq",
         sa.Column("job_id", sa.String(32), nullable=False),
         sa.Column("seq", sa.Integer(), nullable=False),
         sa.Column("role", sa.String(16), nullable=False),
         sa.Column("content", sa.Text(), nullable=False),
         sa.Column("tokens", sa.Integer(), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_turns")),
-        sa.UniqueConstraint("owner", "conversation_id", "seq", name="uq_turns_conversation_seq"),
-        sa.ForeignKeyConstraint(
-            ["owner", "conversation_id"],
-            ["conversations.owner", "conversations.id"],
-            name="fk_turns_conversation",
-            ondelete="CASCADE",
-        ),
     )
     op.create_index("ix_turns_job_id", "turns", ["job_id"])
     op.create_index("ix_turns_created_at", "turns", ["created_at"])
-    op.create_table(
+    _create_conversation_part(
         "summaries",
-        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
-        sa.Column("owner", sa.String(32), nullable=False),
-        sa.Column("conversation_id", sa.String(200), nullable=False),
+        "day",
         sa.Column("day", sa.Date(), nullable=False),
         sa.Column("status", sa.String(16), nullable=False),
         sa.Column("text", sa.Text(), nullable=True),
@@ -59,16 +70,6 @@ def upgrade() -> None:
         sa.Column("step_jobs", sa.JSON(), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_summaries")),
-        sa.UniqueConstraint(
-            "owner", "conversation_id", "day", name="uq_summaries_conversation_day"
-        ),
-        sa.ForeignKeyConstraint(
-            ["owner", "conversation_id"],
-            ["conversations.owner", "conversations.id"],
-            name="fk_summaries_conversation",
-            ondelete="CASCADE",
-        ),
     )
     op.create_index("ix_summaries_day_status", "summaries", ["day", "status"])
 
