@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -31,11 +32,11 @@ from schemas.settings import Settings
 from schemas.tools import ToolCall, ToolUse, call_id, may_become_call
 
 
+@dataclass
 class ChatServing:
     """``POST /v1/chat/completions`` once the route has read the call."""
 
-    def __init__(self, jobs: JobServing) -> None:
-        self.jobs = jobs
+    jobs: JobServing
 
     async def create(
         self, body: ChatCompletionRequest, call: CallOptions, *, started: float

@@ -8,6 +8,8 @@ is refused at once (503), as a chat call to an unserved tier is.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from producer.aio import AsyncJobHandle
 from producer.gateway.errors import MODEL_NOT_FOUND, GatewayError
 from producer.gateway.protocol.embeddings import EMBED_MODELS, EmbeddingsRequest, embeddings_list
@@ -17,11 +19,11 @@ from schemas.errors import LlmqError
 from schemas.queues import Priority
 
 
+@dataclass
 class EmbeddingServing:
     """``POST /v1/embeddings`` once the route has read the call."""
 
-    def __init__(self, jobs: JobServing) -> None:
-        self.jobs = jobs
+    jobs: JobServing
 
     async def create(self, body: EmbeddingsRequest, call: CallOptions) -> WholeAnswer:
         """The call's answer, once its job ended.

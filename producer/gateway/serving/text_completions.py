@@ -6,6 +6,7 @@ resume)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -29,11 +30,11 @@ from schemas.jobs import JobResult
 from schemas.settings import Settings
 
 
+@dataclass
 class TextCompletionServing:
     """``POST /v1/completions`` once the route has read the call."""
 
-    def __init__(self, jobs: JobServing) -> None:
-        self.jobs = jobs
+    jobs: JobServing
 
     async def create(self, body: CompletionRequest, call: CallOptions, *, started: float) -> Answer:
         """The call's answer: the prompt continued as it is, without the chat template;
