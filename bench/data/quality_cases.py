@@ -171,6 +171,13 @@ def choice(rng: random.Random) -> list[Row]:
     return rows
 
 
+def extraction_case(prompt: str, **properties: object) -> Row:
+    """An extraction case: the answer is a JSON object with every one of ``properties``,
+    each matching its schema."""
+    schema = {"type": "object", "properties": properties, "required": list(properties)}
+    return case(prompt, "json_schema", schema, max_tokens=32, tags=["extraction"])
+
+
 def extraction(rng: random.Random) -> list[Row]:
     """Extraction to JSON, checked by a schema that pins the extracted values."""
     rows: list[Row] = []
@@ -185,41 +192,23 @@ def extraction(rng: random.Random) -> list[Row]:
             ]
         )
         rows.append(
-            case(
+            extraction_case(
                 f'Extract the customer name and order number from: "{message}" '
                 'Reply with JSON only: {"name": string, "order": integer}.',
-                "json_schema",
-                {
-                    "type": "object",
-                    "properties": {
-                        "name": {"type": "string", "pattern": last},
-                        "order": {"const": order},
-                    },
-                    "required": ["name", "order"],
-                },
-                max_tokens=32,
-                tags=["extraction"],
+                name={"type": "string", "pattern": last},
+                order={"const": order},
             )
         )
     for _ in range(20):
         product, count = rng.choice(PRODUCTS), rng.randint(1, 6)
         city = rng.choice(CITIES)
         rows.append(
-            case(
+            extraction_case(
                 f'From "Please send {count} {product} to our office in {city}", '
                 'reply with JSON only: {"product": string, "quantity": integer, "city": string}.',
-                "json_schema",
-                {
-                    "type": "object",
-                    "properties": {
-                        "product": {"type": "string"},
-                        "quantity": {"const": count},
-                        "city": {"const": city},
-                    },
-                    "required": ["product", "quantity", "city"],
-                },
-                max_tokens=32,
-                tags=["extraction"],
+                product={"type": "string"},
+                quantity={"const": count},
+                city={"const": city},
             )
         )
     return rows
