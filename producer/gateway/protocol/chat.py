@@ -11,8 +11,6 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationInfo,
     field_validator,
@@ -22,14 +20,13 @@ from pydantic_core import PydanticCustomError
 
 from producer.gateway.protocol.chat_messages import check_message, llmq_message
 from producer.gateway.protocol.common import (
+    OpenAiGenerationRequest,
     ResponseFormat,
     StreamOptions,
     VllmStructuredOutputs,
     asks_for_nothing,
-    check_one_form,
     sampling_fields,
     stream_chunk,
-    token_id_keys,
     whole_answer,
 )
 from schemas.errors import InvalidRequest
@@ -58,15 +55,13 @@ IGNORED_FIELDS = ("store", "prompt_cache_key")
 says, and caches every prompt's prefix without a key."""
 
 
-class ChatCompletionRequest(BaseModel):
+class ChatCompletionRequest(OpenAiGenerationRequest):
     """``POST /v1/chat/completions``.
 
     Every field of OpenAI's request is either served, accepted knowingly without
     effect (``IGNORED_FIELDS``), or refused by name when it asks for something llmq
     does not serve (``UNSERVED_FIELDS``); a field nobody defines is refused by name too.
     """
-
-    model_config = ConfigDict(extra="forbid")
 
     model: str
     messages: list[dict[str, Any]] = Field(min_length=1)
@@ -124,11 +119,6 @@ class ChatCompletionRequest(BaseModel):
         name = info.field_name or ""
         return asks_for_nothing(name, value, UNSERVED_FIELDS[name])
 
-    @field_validator("logit_bias")
-    @classmethod
-    def _bias_keys_are_token_ids(cls, value: dict[str, float] | None) -> dict[str, float] | None:
-        return token_id_keys(value)
-
     @field_validator("messages")
     @classmethod
     def _messages_served(cls, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -137,8 +127,7 @@ class ChatCompletionRequest(BaseModel):
         return messages
 
     @model_validator(mode="after")
-    def _one_form_constraint(self) -> ChatCompletionRequest:
-        check_one_form(self)
+    def _logprobs_and_tools(self) -> ChatCompletionRequest:
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs: true")
         self._check_tools()

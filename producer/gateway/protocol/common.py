@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, Self, cast
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from schemas.events import Timings, Usage
@@ -170,6 +170,24 @@ def check_one_form(request: SamplingFields) -> None:
         ResponseFormat(type="text"),
     ):
         raise ValueError("send response_format or structured_outputs, not both")
+
+
+class OpenAiGenerationRequest(BaseModel):
+    """The checks a chat and a text completion request share: a field nobody defines
+    is refused by name, ``logit_bias`` is keyed by token ids, and the answer's form is
+    constrained once at most (:func:`check_one_form`, before a subclass's own checks)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @field_validator("logit_bias", check_fields=False)
+    @classmethod
+    def _bias_keys_are_token_ids(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        return token_id_keys(value)
+
+    @model_validator(mode="after")
+    def _one_form_constraint(self) -> Self:
+        check_one_form(cast(SamplingFields, self))
+        return self
 
 
 def response_object(

@@ -12,24 +12,20 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationInfo,
     field_validator,
-    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
 from producer.gateway.protocol.common import (
+    OpenAiGenerationRequest,
     ResponseFormat,
     StreamOptions,
     VllmStructuredOutputs,
     asks_for_nothing,
-    check_one_form,
     sampling_fields,
     stream_chunk,
-    token_id_keys,
     whole_answer,
 )
 from schemas.errors import InvalidRequest
@@ -50,14 +46,12 @@ _QUIET: dict[str, tuple[object, ...]] = {
 }
 
 
-class CompletionRequest(BaseModel):
+class CompletionRequest(OpenAiGenerationRequest):
     """``POST /v1/completions``.
 
     As for chat, every field is served, or refused by name when it asks for something
     llmq does not serve; a field nobody defines is refused by name too.
     """
-
-    model_config = ConfigDict(extra="forbid")
 
     model: str
     prompt: Any
@@ -115,16 +109,6 @@ class CompletionRequest(BaseModel):
     def _asks_for_nothing(cls, value: object, info: ValidationInfo) -> object:
         name = info.field_name or ""
         return asks_for_nothing(name, value, _QUIET[name])
-
-    @field_validator("logit_bias")
-    @classmethod
-    def _bias_keys_are_token_ids(cls, value: dict[str, float] | None) -> dict[str, float] | None:
-        return token_id_keys(value)
-
-    @model_validator(mode="after")
-    def _one_form_constraint(self) -> CompletionRequest:
-        check_one_form(self)
-        return self
 
     @property
     def text(self) -> str:
