@@ -14,7 +14,8 @@ class BackgroundLoop:
 
     Every helper thread of a worker (heartbeat, keep-warm, cancel listener, reaper) is
     one of these, so each is started and joined the same way; as a context manager it
-    runs for the ``with`` block (``run_worker`` enters them on its ``ExitStack``).
+    runs for the ``with`` block (``run_worker`` enters them on its ``ExitStack``). A
+    subclass calls ``__init__`` from its own (a dataclass, from ``__post_init__``).
     """
 
     thread_name = "llmq-background"

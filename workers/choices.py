@@ -109,26 +109,21 @@ def generate_choices(
     return outcome
 
 
+@dataclasses.dataclass(eq=False)
 class _ChoiceRun:
     """One job's choices in the engine, and each one's text, end and tokens so far."""
 
-    def __init__(
-        self,
-        runtime: WorkerRuntime,
-        claimed: ClaimedJob,
-        publisher: StreamPublisher,
-        running: RunningJob,
-        started_at: float,
-    ) -> None:
-        self.runtime = runtime
-        self.claimed = claimed
-        self.publisher = publisher
-        self.running = running
-        self.started_at = started_at
-        self.outcome = ChoicesOutcome(choices=[], prompt_tokens=0)
-        self.texts: list[str] = []
-        self.reasons: list[str | None] = []
-        self.tokens: list[int] = []
+    runtime: WorkerRuntime
+    claimed: ClaimedJob
+    publisher: StreamPublisher
+    running: RunningJob
+    started_at: float
+    outcome: ChoicesOutcome = dataclasses.field(
+        default_factory=lambda: ChoicesOutcome(choices=[], prompt_tokens=0)
+    )
+    texts: list[str] = dataclasses.field(default_factory=list)
+    reasons: list[str | None] = dataclasses.field(default_factory=list)
+    tokens: list[int] = dataclasses.field(default_factory=list)
 
     def stream_all(self, plans: dict[int, tuple[list[int], SamplingOptions]]) -> None:
         """Submit every planned choice, then publish their deltas as they come, from

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 
 from workers.background import BackgroundLoop
 
@@ -20,31 +21,28 @@ log = logging.getLogger(__name__)
 WATCH_INTERVAL_S = 1.0
 
 
+@dataclass(eq=False)
 class EngineWatch(BackgroundLoop):
     """Calls ``on_dead`` once, the first time ``alive()`` says the engine is gone."""
 
     thread_name = "llmq-engine-watch"
 
-    def __init__(
-        self,
-        alive: Callable[[], bool],
-        on_dead: Callable[[], None],
-        *,
-        interval_s: float = WATCH_INTERVAL_S,
-    ) -> None:
+    alive: Callable[[], bool]
+    on_dead: Callable[[], None]
+    _: KW_ONLY
+    interval_s: float = WATCH_INTERVAL_S
+
+    def __post_init__(self) -> None:
         super().__init__()
-        self._alive = alive
-        self._on_dead = on_dead
-        self._interval_s = interval_s
 
     def run(self) -> None:
-        while not self._stopping.wait(self._interval_s):
+        while not self._stopping.wait(self.interval_s):
             try:
-                if self._alive():
+                if self.alive():
                     continue
             except Exception:
                 log.exception("could not tell whether the engine is alive; looking again")
                 continue
             log.error("the engine process is gone")
-            self._on_dead()
+            self.on_dead()
             return

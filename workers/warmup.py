@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 
 from schemas.prompt_registry import PromptCatalog, SystemPrompt
 from schemas.queues import Tier
@@ -145,39 +146,35 @@ def _generate(engine: Engine, messages: list[dict[str, str]], request_id: str, t
         pass
 
 
+@dataclass(eq=False)
 class KeepWarm(BackgroundLoop):
     """Re-prefills registered prompts when they change, on a timer, and after an eviction."""
 
     thread_name = "llmq-keep-warm"
 
-    def __init__(
-        self,
-        engine: Engine,
-        catalog: PromptCatalog,
-        stats: PrefixCacheStats,
-        *,
-        tier: Tier,
-        interval_s: float,
-        check_s: float = CHECK_EVERY_S,
-    ) -> None:
+    engine: Engine
+    catalog: PromptCatalog
+    stats: PrefixCacheStats
+    _: KW_ONLY
+    tier: Tier
+    interval_s: float
+    """Re-prefill at least this often."""
+    check_s: float = CHECK_EVERY_S
+    """Look this often whether a re-prefill is due."""
+    refills: int = field(default=0, init=False)
+    _last_prefill: float = field(default_factory=time.monotonic, init=False, repr=False)
+
+    def __post_init__(self) -> None:
         super().__init__()
-        self._check_s = check_s
-        self._engine = engine
-        self._catalog = catalog
-        self._stats = stats
-        self._tier = tier
-        self._interval_s = interval_s
-        self._last_prefill = time.monotonic()
-        self.refills = 0
 
     def prefill_now(self) -> None:
         """Prefill every prompt of the tier and record their prefix lengths."""
-        prefixes = prefill_prompts(self._engine, self._catalog.registry.to_prefill(self._tier))
-        self._stats.set_prefixes(prefixes)
+        prefixes = prefill_prompts(self.engine, self.catalog.registry.to_prefill(self.tier))
+        self.stats.set_prefixes(prefixes)
         self._last_prefill = time.monotonic()
 
     def run(self) -> None:
-        while not self._stopping.wait(self._check_s):
+        while not self._stopping.wait(self.check_s):
             try:
                 reason = self._due()
                 if reason:
@@ -188,10 +185,10 @@ class KeepWarm(BackgroundLoop):
                 log.exception("keep-warm pass failed; trying again later")
 
     def _due(self) -> str | None:
-        if self._catalog.reload():
+        if self.catalog.reload():
             return "the prompt registry changed"
-        if self._stats.eviction_suspected.is_set():
+        if self.stats.eviction_suspected.is_set():
             return "a registered prompt missed the prefix cache"
-        if time.monotonic() - self._last_prefill >= self._interval_s:
+        if time.monotonic() - self._last_prefill >= self.interval_s:
             return "periodic refresh"
         return None

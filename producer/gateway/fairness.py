@@ -22,6 +22,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 
 import anyio
 import redis.asyncio as aioredis
@@ -78,26 +79,19 @@ def count_active_jobs(sessions: sessionmaker[Session], owner: str) -> int:
         raise DatabaseUnavailable("the job database is unreachable; nothing was queued") from exc
 
 
+@dataclass(eq=False, kw_only=True)
 class KeyFairness:
-    """The per-key limits of one gateway process."""
+    """The per-key limits of one gateway process; ``sessions`` and ``redis`` are read at
+    each use (the gateway's client opens only with its lifespan)."""
 
-    def __init__(
-        self,
-        *,
-        sessions: Callable[[], sessionmaker[Session]],
-        redis: Callable[[], aioredis.Redis],
-        max_active_jobs: int,
-        max_open_streams: int,
-        stream_lease_s: float,
-    ) -> None:
-        self._sessions = sessions
-        self._redis = redis
-        self.max_active_jobs = max_active_jobs
-        self.max_open_streams = max_open_streams
-        self.stream_lease_s = stream_lease_s
-        self._submitting: dict[str, int] = {}
-        self._counted: dict[str, tuple[int, float]] = {}
-        self._renewing: dict[str, asyncio.Task[None]] = {}
+    sessions: Callable[[], sessionmaker[Session]]
+    redis: Callable[[], aioredis.Redis]
+    max_active_jobs: int
+    max_open_streams: int
+    stream_lease_s: float
+    _submitting: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+    _counted: dict[str, tuple[int, float]] = field(default_factory=dict, init=False, repr=False)
+    _renewing: dict[str, asyncio.Task[None]] = field(default_factory=dict, init=False, repr=False)
 
     @asynccontextmanager
     async def submitting(self, key_id: str) -> AsyncIterator[None]:
@@ -134,7 +128,7 @@ class KeyFairness:
 
     async def _count(self, key_id: str) -> int:
         now = time.monotonic()
-        count = await asyncio.to_thread(count_active_jobs, self._sessions(), key_id)
+        count = await asyncio.to_thread(count_active_jobs, self.sessions(), key_id)
         self._counted[key_id] = (count, now)
         return count
 
@@ -157,7 +151,7 @@ class KeyFairness:
 
         Raises a 429 ``GatewayError`` when the key already holds its limit of streams.
         """
-        client = self._redis()
+        client = self.redis()
         lease = secrets.token_hex(8)
         set_key = open_streams_key(key_id)
         try:
@@ -189,7 +183,7 @@ class KeyFairness:
 
     async def open_streams(self, key_id: str) -> int:
         """How many streams ``key_id`` holds open now (leases not yet expired)."""
-        client = self._redis()
+        client = self.redis()
         seconds, micros = await client.time()
         now_ms = int(seconds) * 1000 + int(micros) // 1000
         return int(await client.zcount(open_streams_key(key_id), f"({now_ms}", "+inf"))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass
 from typing import NoReturn
 
 import redis.asyncio as aioredis
@@ -132,32 +133,22 @@ class KeyCheck:
         return identity
 
 
+@dataclass(eq=False)
 class FrontDoor:
     """Authenticates ``/v1`` calls (and ``keyed_paths``, such as ``/metrics``) from their
-    headers, then bounds the body."""
+    headers, then bounds the body. Built as Starlette builds a middleware: the app
+    positionally, the rest by keyword."""
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        authorize: Authorize | None,
-        max_body_bytes: int,
-        on_error: Callable[[LlmqError], Response],
-        upload_paths: frozenset[str] = frozenset(),
-        max_upload_bytes: int = 0,
-        keyed_paths: frozenset[str] = frozenset(),
-        body_timeout_s: float = BODY_TIMEOUT_S,
-        probe_pacer: ProbePacer | None = None,
-    ) -> None:
-        self.app = app
-        self.probe_pacer = probe_pacer
-        self.authorize = authorize
-        self.keyed_paths = keyed_paths
-        self.max_body_bytes = max_body_bytes
-        self.upload_paths = upload_paths
-        self.max_upload_bytes = max_upload_bytes
-        self.on_error = on_error
-        self.body_timeout_s = body_timeout_s
+    app: ASGIApp
+    _: KW_ONLY
+    authorize: Authorize | None
+    max_body_bytes: int
+    on_error: Callable[[LlmqError], Response]
+    upload_paths: frozenset[str] = frozenset()
+    max_upload_bytes: int = 0
+    keyed_paths: frozenset[str] = frozenset()
+    body_timeout_s: float = BODY_TIMEOUT_S
+    probe_pacer: ProbePacer | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
