@@ -8,7 +8,6 @@ import dataclasses
 import json
 import threading
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -40,17 +39,11 @@ class RecordingEngine(ScriptedEngine):
         self.closed: list[str] = []
         self.read: list[str] = []
 
-    def stream(
-        self,
-        prompt_token_ids: list[int],
-        options: SamplingOptions,
-        request_id: str,
-        *,
-        stop: threading.Event | None = None,
-    ) -> Any:
+    def deltas(
+        self, options: SamplingOptions, request_id: str, stop: threading.Event | None
+    ) -> Iterator[Delta]:
         self.request_ids.append(request_id)
-        inner = super().stream(prompt_token_ids, options, request_id, stop=stop)
-        return _Tracked(self, request_id, inner)
+        return _Tracked(self, request_id, super().deltas(options, request_id, stop))
 
 
 class _Tracked:

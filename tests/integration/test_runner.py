@@ -75,8 +75,17 @@ class ScriptedEngine:
         *,
         stop: threading.Event | None = None,
     ) -> Iterator[Delta]:
+        """Takes the request when called, as the real engine does; what it yields comes
+        from ``deltas``, which a test's own scripted engine overrides."""
         self.seen.append(options)
         self.prompts.append(prompt_token_ids)
+        return self.deltas(options, request_id, stop)
+
+    def deltas(
+        self, options: SamplingOptions, request_id: str, stop: threading.Event | None
+    ) -> Iterator[Delta]:
+        """A delta per chunk, each one token; with ``fail``, ``EngineError`` at the second;
+        nothing more once ``stop`` is set."""
         for index, chunk in enumerate(self.chunks):
             if self.fail and index == 1:
                 raise EngineError("generation failed: device lost")
@@ -260,14 +269,7 @@ def test_the_registered_system_prompt_comes_first_byte_for_byte(
 
 
 class DyingEngine(ScriptedEngine):
-    def stream(
-        self,
-        prompt_token_ids: list[int],
-        options: SamplingOptions,
-        request_id: str,
-        *,
-        stop: threading.Event | None = None,
-    ) -> Iterator[Delta]:
+    def deltas(self, *_: object) -> Iterator[Delta]:
         raise EngineDead("the engine process died: EngineCore exited")
         yield  # pragma: no cover - makes this a generator
 
@@ -310,16 +312,11 @@ class StampedEngine(ScriptedEngine):
         super().__init__(chunks, delay_s=delay_s)
         self.handed: list[tuple[float, int]] = []
 
-    def stream(
-        self,
-        prompt_token_ids: list[int],
-        options: SamplingOptions,
-        request_id: str,
-        *,
-        stop: threading.Event | None = None,
+    def deltas(
+        self, options: SamplingOptions, request_id: str, stop: threading.Event | None
     ) -> Iterator[Delta]:
         self.handed.append((time.monotonic(), options.priority))
-        return super().stream(prompt_token_ids, options, request_id, stop=stop)
+        return super().deltas(options, request_id, stop)
 
 
 def test_a_batch_job_reaches_the_engine_only_after_an_interactive_first_token(
