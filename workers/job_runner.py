@@ -28,6 +28,7 @@ from workers.jobs import (
     ClaimedJob,
     claim_job,
     fail_job,
+    failure_message,
     finish_job,
     requeue_job,
     with_db_retry,
@@ -115,12 +116,8 @@ def _run_claimed(runtime: WorkerRuntime, claimed: ClaimedJob, early: EarlyStart 
         _fail(runtime, publisher, claimed, f"{exc}; the worker is restarting")
         runtime.on_engine_dead()
         return
-    except LlmqError as exc:
-        _fail(runtime, publisher, claimed, str(exc))
-        return
-    except Exception as exc:
-        log.exception("job %s failed unexpectedly", job_id)
-        _fail(runtime, publisher, claimed, f"internal worker error ({exc.__class__.__name__})")
+    except Exception as exc:  # noqa: BLE001 - failure_message logs what is not an LlmqError
+        _fail(runtime, publisher, claimed, failure_message(exc, job_id))
         return
     finally:
         runtime.running.finish(job_id)

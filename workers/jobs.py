@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from schemas.boundary import database_boundary
 from schemas.db import job_row_exists, one_statement
 from schemas.db_clock import db_now
+from schemas.errors import LlmqError
 from schemas.events import ChoiceOutput, Timings, TokenLogprob, Usage
 from schemas.jobs import JobStatus
 from schemas.retry import retry_call
@@ -262,6 +263,16 @@ def fail_job(
         job.error = message
         job.finished_at = db_now()
     return True
+
+
+def failure_message(exc: Exception, job_id: str) -> str:
+    """What a job that raised ``exc`` fails with: an ``LlmqError``'s own words (written
+    for the caller), else only the exception's class, its text and traceback going to
+    the log alone (they may hold the request's data)."""
+    if isinstance(exc, LlmqError):
+        return str(exc)
+    log.error("job %s failed unexpectedly", job_id, exc_info=exc)
+    return f"internal worker error ({exc.__class__.__name__})"
 
 
 def _still_ours(job: Job | None, attempt: int) -> TypeGuard[Job]:

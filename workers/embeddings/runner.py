@@ -19,7 +19,14 @@ from schemas.jobs import JobStatus
 from schemas.timeouts import DEFAULT_TIMEOUTS, Timeouts
 from workers.append_combiner import AppendCombiner
 from workers.embeddings.model import Embedded
-from workers.jobs import ClaimedJob, claim_job, fail_job, finish_job, with_db_retry
+from workers.jobs import (
+    ClaimedJob,
+    claim_job,
+    fail_job,
+    failure_message,
+    finish_job,
+    with_db_retry,
+)
 from workers.publisher import StreamPublisher
 
 log = logging.getLogger(__name__)
@@ -62,12 +69,8 @@ def run_embedding_job(runtime: EmbedRuntime, job_id: str) -> None:
         if claimed.deadline_at is not None and claimed.deadline_at <= datetime.now(UTC):
             raise LlmqError("stopped: the job ran past its deadline")
         embedded = runtime.embed(_texts(claimed))
-    except LlmqError as exc:
-        _fail(runtime, publisher, claimed, str(exc))
-        return
-    except Exception as exc:
-        log.exception("embedding job %s failed unexpectedly", job_id)
-        _fail(runtime, publisher, claimed, f"internal worker error ({exc.__class__.__name__})")
+    except Exception as exc:  # noqa: BLE001 - failure_message logs what is not an LlmqError
+        _fail(runtime, publisher, claimed, failure_message(exc, job_id))
         return
     _finish(runtime, publisher, claimed, embedded)
 
