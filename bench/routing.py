@@ -29,7 +29,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from bench.harness import counted, step
+from bench.routing_outcomes import outcome_routers
 from producer.quality.cases import BENCH_POOL, Case, load_bench_pool, load_cases
 from producer.router.classifier import DifficultyClassifier
 from producer.router.dataset import load_examples
@@ -220,13 +223,17 @@ def frontier_cases(count: int) -> list[Case]:
     return shipped[:: max(1, len(shipped) // count)][:count]
 
 
+def request_text(case: Case) -> str:
+    """What the router reads of a case: its latest user turn."""
+    return str(next(m["content"] for m in reversed(case.chat()) if m.get("role") == "user"))
+
+
 def decision_scores(classifier: DifficultyClassifier, cases: list[Case]) -> dict[str, float]:
     """The router's decision score of each case: p(large) of its latest user turn."""
-    scores = {}
-    for case in cases:
-        text = next(m["content"] for m in reversed(case.chat()) if m.get("role") == "user")
-        scores[case.id] = classifier.predict(text).probabilities[Tier.LARGE.value]
-    return scores
+    return {
+        case.id: classifier.predict(request_text(case)).probabilities[Tier.LARGE.value]
+        for case in cases
+    }
 
 
 def stored_pass(
@@ -350,6 +357,14 @@ def measure_frontier(
             passes[Tier.SMALL], passes[Tier.LARGE], scores, router=classifier.model_hash
         )
     result = frontier_summary(frontier, max_quality_drop=max_quality_drop)
+    with step("routers on the measured outcomes (oracle, learned with cross-validation)"):
+        result["outcome_routers"] = outcome_routers(
+            passes[Tier.SMALL],
+            passes[Tier.LARGE],
+            classifier.features([request_text(case) for case in chosen]).astype(np.float64),
+            [case.id for case in chosen],
+            summarise=lambda found: frontier_summary(found, max_quality_drop=max_quality_drop),
+        )
     result["answers_dir"] = str(answers_dir)
     result["measured_models"] = {tier.value: settings.tier(tier).model for tier in FRONTIER_TIERS}
     path = settings.router_folder / FRONTIER_FILE

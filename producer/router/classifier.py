@@ -80,9 +80,13 @@ class DifficultyClassifier:
         """The artifact's ``model_hash`` (what a measured frontier was scored with)."""
         return self._artifact.model_hash
 
+    def features(self, texts: list[str]) -> Matrix:
+        """What the head reads of each text, one row per text, before the head's own
+        standardisation: the static embedding, then the artifact's extra features."""
+        return feature_matrix(self._embedder, texts, self._features)
+
     def probabilities(self, texts: list[str]) -> Matrix:
-        raw = feature_matrix(self._embedder, texts, self._features)
-        features = (raw - self._mean) / self._scale
+        features = (self.features(texts) - self._mean) / self._scale
         return softmax(features.astype(np.float32) @ self._weights + self._bias)
 
     def predict(self, text: str) -> Prediction:
