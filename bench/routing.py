@@ -364,6 +364,7 @@ def measure_frontier(
             classifier.features([request_text(case) for case in chosen]).astype(np.float64),
             [case.id for case in chosen],
             summarise=lambda found: frontier_summary(found, max_quality_drop=max_quality_drop),
+            router=classifier.model_hash,
         )
     result["answers_dir"] = str(answers_dir)
     result["measured_models"] = {tier.value: settings.tier(tier).model for tier in FRONTIER_TIERS}

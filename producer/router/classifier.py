@@ -15,6 +15,7 @@ from tokenizers import Tokenizer
 
 from producer.router.artifact import RouterArtifact
 from producer.router.embedding import StaticEmbedder
+from producer.router.outcomes import OUTCOME_HEAD_KEY, OutcomeHead
 from producer.router.softmax_head import TIERS, Matrix, softmax
 from schemas.queues import Tier
 
@@ -26,6 +27,9 @@ class Prediction:
     probabilities: dict[str, float]
     familiarity: float = 1.0
     """Share of the text's words the router knows; low for gibberish or other languages."""
+    large_gain: float | None = None
+    """The chance that large answers better than small, by the artifact's outcome head
+    (``llmq router tune`` writes one from measured answers); None without one."""
 
 
 WORD = re.compile(r"[^\W\d_]+")
@@ -74,6 +78,8 @@ class DifficultyClassifier:
         self._artifact = artifact
         self.metadata = artifact.metadata
         self._features = [str(f) for f in artifact.metadata.get("features", [])]
+        head = artifact.metadata.get(OUTCOME_HEAD_KEY)
+        self.outcome_head = OutcomeHead.from_json(head) if isinstance(head, dict) else None
 
     @property
     def model_hash(self) -> str:
@@ -86,18 +92,27 @@ class DifficultyClassifier:
         return feature_matrix(self._embedder, texts, self._features)
 
     def probabilities(self, texts: list[str]) -> Matrix:
-        features = (self.features(texts) - self._mean) / self._scale
+        return self._head(self.features(texts))
+
+    def _head(self, raw: Matrix) -> Matrix:
+        features = (raw - self._mean) / self._scale
         return softmax(features.astype(np.float32) @ self._weights + self._bias)
 
     def predict(self, text: str) -> Prediction:
-        """The most likely tier and its probability (before any policy)."""
-        probs = self.probabilities([text])[0]
+        """The most likely tier and its probability (before any policy), and the outcome
+        head's score where the artifact has one."""
+        raw = self.features([text])
+        probs = self._head(raw)[0]
         best = int(probs.argmax())
+        gain = None
+        if self.outcome_head is not None:
+            gain = float(self.outcome_head.score(raw.astype(np.float64))[0])
         return Prediction(
             tier=TIERS[best],
             confidence=float(probs[best]),
             probabilities={tier.value: float(p) for tier, p in zip(TIERS, probs, strict=True)},
             familiarity=self.familiarity(text),
+            large_gain=gain,
         )
 
     def familiarity(self, text: str) -> float:

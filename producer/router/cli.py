@@ -67,6 +67,14 @@ def register_router(commands: Any) -> None:
         help="the frontier JSON, or a saved llmq bench routing --json output "
         "(default: frontier.json in the router's folder, where the bench writes it)",
     )
+    tune.add_argument(
+        "--score",
+        choices=["best", "difficulty", "outcome"],
+        default="best",
+        help="the score to route by: p(large) by difficulty, the outcome head's chance "
+        "that large answers better, or best: the one that sends fewest requests large "
+        "within the drop (default)",
+    )
     tune.add_argument("--json", action="store_true")
     tune.set_defaults(handler=_tune)
 
@@ -97,12 +105,17 @@ def _route(args: argparse.Namespace) -> int:
 
 
 def _score(router: Any, text: str) -> dict[str, Any]:
-    """The decision score (p(large)) and the threshold it is compared with."""
+    """The decision score (p(large), or the outcome head's where the router is tuned on
+    it) and the threshold it is compared with."""
+    from producer.router.policy import decision_score
+
     score = None
     if router.classifier is not None:
-        score = round(router.classifier.predict(text).probabilities["large"], 4)
+        value, _name = decision_score(router.classifier.predict(text), router.policy)
+        score = round(value, 4)
     return {
         "score": score,
+        "score_kind": router.policy.score,
         "threshold": router.policy.large_threshold,
         "threshold_source": router.threshold_source,
     }
@@ -201,17 +214,25 @@ def _tune(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env()
     path = args.frontier or settings.router_folder / FRONTIER_FILE
-    written, point = tune_router(
+    written, point, score = tune_router(
         settings.router_folder,
         read_frontier_file(path),
         max_quality_drop_points=args.max_quality_drop,
+        score=args.score,
     )
-    result = {"artifact": str(written), "frontier": str(path), **point.model_dump(mode="json")}
+    result = {
+        "artifact": str(written),
+        "frontier": str(path),
+        "score": score,
+        **point.model_dump(mode="json"),
+    }
     if args.json:
         print(json.dumps(result))
         return 0
+    what = "p(large answers better)" if score == "outcome" else "p(large)"
     print(
-        f"large threshold {point.threshold:g}: {100 * point.large_share:.1f}% of requests go "
+        f"large threshold {point.threshold:g} on {what}: "
+        f"{100 * point.large_share:.1f}% of requests go "
         f"large, quality {abs(point.quality_drop_points):.2f} points "
         f"{'below' if point.quality_drop_points >= 0 else 'above'} all-large (the drop at "
         f"most {point.quality_drop_upper_points:.2f} by the 95% interval, allowed "

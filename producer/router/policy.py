@@ -8,6 +8,7 @@ large, and a low-confidence answer is escalated one tier up.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from producer.router.classifier import Prediction
 from schemas.queues import Tier
@@ -24,6 +25,9 @@ class PolicyConfig:
     """Large exactly when p(large) >= ``large_threshold`` (text it mostly does not know
     aside): the rule a measured frontier sweeps, so a tuned threshold routes as measured.
     Otherwise an argmax of large, or a low-confidence medium, also goes large."""
+    score: Literal["difficulty", "outcome"] = "difficulty"
+    """With ``large_by_score_only``, the score compared with the threshold: p(large) by
+    difficulty, or the outcome head's chance that large answers better."""
 
 
 @dataclass(frozen=True)
@@ -84,22 +88,30 @@ def _escalated(prediction: Prediction, confidence: float, why: str) -> PolicyDec
     )
 
 
+def decision_score(prediction: Prediction, config: PolicyConfig) -> tuple[float, str]:
+    """The score a tuned threshold is compared with, and its name: the outcome head's
+    where the policy routes by it and the prediction has one, else p(large)."""
+    if config.score == "outcome" and prediction.large_gain is not None:
+        return prediction.large_gain, "p(large answers better)"
+    return prediction.probabilities[Tier.LARGE.value], "p(large)"
+
+
 def _by_score(prediction: Prediction, config: PolicyConfig) -> PolicyDecision:
-    """Large iff p(large) reaches the threshold; below it, small or medium (a
+    """Large iff the decision score reaches the threshold; below it, small or medium (a
     low-confidence or unfamiliar small goes medium; unfamiliar text may still go large)."""
-    p_large = prediction.probabilities[Tier.LARGE.value]
-    if p_large >= config.large_threshold:
+    score, name = decision_score(prediction, config)
+    if score >= config.large_threshold:
         return PolicyDecision(
             Tier.LARGE,
-            p_large,
-            f"p(large)={p_large:.2f} >= the tuned threshold {config.large_threshold:g}",
+            score,
+            f"{name}={score:.2f} >= the tuned threshold {config.large_threshold:g}",
             escalated=prediction.tier is not Tier.LARGE,
         )
     p_small = prediction.probabilities[Tier.SMALL.value]
     p_medium = prediction.probabilities[Tier.MEDIUM.value]
     tier = Tier.SMALL if p_small > p_medium else Tier.MEDIUM
     share = max(p_small, p_medium)
-    below = f"p(large)={p_large:.2f} < the tuned threshold {config.large_threshold:g}"
+    below = f"{name}={score:.2f} < the tuned threshold {config.large_threshold:g}"
     if prediction.familiarity < config.min_familiarity:
         up = one_up(tier)
         return PolicyDecision(

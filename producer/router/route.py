@@ -20,7 +20,7 @@ from producer.router.classifier import DifficultyClassifier
 from producer.router.load import load_adjusted
 from producer.router.policy import PolicyConfig, apply_policy
 from producer.router.served import nearest_served
-from producer.router.tuning import tuned_threshold
+from producer.router.tuning import Score, tuned_score, tuned_threshold
 from schemas.errors import BrokerUnavailable, ConfigError
 from schemas.queues import ROUTING_COUNTS_KEY, Priority, Tier
 from schemas.requests import GenerationRequest, RoutingDecision
@@ -141,17 +141,24 @@ def policy_for(
 ) -> tuple[PolicyConfig, str]:
     """The policy a router applies, and where its large threshold came from: ``setting``
     (``LLMQ_ROUTER_LARGE_THRESHOLD`` set), ``tuned`` (``llmq router tune`` wrote it into
-    the artifact; then large is decided by p(large) alone, as the frontier swept it) or
-    ``default``."""
+    the artifact; then large is decided by the tuned score alone, as the frontier swept
+    it) or ``default``."""
     threshold, source = settings.router_large_threshold, "default"
     tuned = tuned_threshold(classifier.metadata) if classifier is not None else None
     if "router_large_threshold" in settings.model_fields_set:
         source = "setting"
     elif tuned is not None:
         threshold, source = tuned, "tuned"
-    # A tuned threshold routes as the frontier measured it: large by p(large) alone.
+    # A tuned threshold routes as the frontier measured it: large by its score alone
+    # (p(large), or the outcome head's where tuning chose that one).
+    score: Score = "difficulty"
+    if source == "tuned" and classifier is not None and classifier.outcome_head is not None:
+        score = tuned_score(classifier.metadata)
     policy = PolicyConfig(
-        threshold, settings.router_min_confidence, large_by_score_only=source == "tuned"
+        threshold,
+        settings.router_min_confidence,
+        large_by_score_only=source == "tuned",
+        score=score,
     )
     return policy, source
 

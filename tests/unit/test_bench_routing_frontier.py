@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import bench.routing
@@ -34,6 +35,10 @@ class FakeClassifier:
         large = min(len(text) / 400, 1.0)
         probs = {"small": 1 - large, "medium": 0.0, "large": large}
         return Prediction(Tier.SMALL if large < 0.5 else Tier.LARGE, max(large, 1 - large), probs)
+
+    def features(self, texts: list[str]) -> np.ndarray:
+        """Two features of each text: its length and its count of digits."""
+        return np.array([[len(t), sum(c.isdigit() for c in t)] for t in texts], np.float32)
 
 
 def test_frontier_cases_spread_over_the_pool_and_reach_past_it() -> None:

@@ -38,7 +38,8 @@ def test_tune_writes_the_cheapest_qualifying_threshold_and_the_router_serves_it(
     before = current_artifact_path(folder)
     assert before is not None
     data = bench_output(load_artifact(before).model_hash)
-    written, point = tune_router(folder, data, max_quality_drop_points=3)
+    written, point, score = tune_router(folder, data, max_quality_drop_points=3)
+    assert score == "difficulty"
     assert point.large_share == 0.25 and 0.1 < point.threshold < 0.9
     assert current_artifact_path(folder) == written != before
     tuned = load_artifact(written)
@@ -51,7 +52,7 @@ def test_tune_writes_the_cheapest_qualifying_threshold_and_the_router_serves_it(
     assert router.threshold_source == "tuned"
     assert router.policy.large_by_score_only
     # Tuning again from the same frontier gives the same artifact.
-    again, _ = tune_router(folder, data, max_quality_drop_points=3)
+    again, _, _ = tune_router(folder, data, max_quality_drop_points=3)
     assert again == written
 
 
@@ -128,3 +129,50 @@ def test_a_tuned_policy_sends_large_by_the_score_alone() -> None:
     # A small that is unsure goes medium, never past it.
     assert apply_policy(predict(0.45, 0.4, 0.15), tuned).tier is Tier.MEDIUM
     assert apply_policy(predict(0.8, 0.1, 0.1), tuned).tier is Tier.SMALL
+
+
+def outcome_output(router: str | None) -> dict[str, object]:
+    """A bench output whose difficulty scores are backwards (the hard cases lowest) and
+    whose outcome head's are right; the head routes "order" large and "status" not."""
+    small, large, scores = perfect_router_case()
+    backwards = {case: 1 - score for case, score in scores.items()}
+    difficulty = compute_frontier(small, large, backwards, router=router)
+    outcome = compute_frontier(small, large, scores, router=router)
+    head = {"weights": [0.0, 10.0, -10.0], "bias": 0.0, "mean": [0.0] * 3, "scale": [1.0] * 3}
+    return {
+        "bench": "routing",
+        "frontier": difficulty.model_dump(),
+        "outcome_routers": {"learned_cv": {"frontier": outcome.model_dump(), "head": head}},
+    }
+
+
+def test_tune_routes_by_the_outcome_head_where_it_sends_fewer_requests_large(
+    folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = current_artifact_path(folder)
+    assert path is not None
+    data = outcome_output(load_artifact(path).model_hash)
+    written, point, score = tune_router(folder, data, max_quality_drop_points=3)
+    assert (score, point.large_share) == ("outcome", 0.25)
+    tuned = load_artifact(written)
+    assert tuned.metadata["outcome_head"]["weights"] == [0.0, 10.0, -10.0]
+    assert tuned.metadata["tuned"]["score"] == "outcome"
+    assert Router(Settings(router_dir=folder)).policy.score == "outcome"
+    # By difficulty "status" is large and "order" medium; the head says the reverse.
+    assert main(["route", "order order"]) == 0
+    routed = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert (routed["tier"], routed["score_kind"]) == ("large", "outcome")
+    assert routed["score"] > routed["threshold"]
+    assert "p(large answers better)" in routed["reason"]
+    assert main(["route", "status status"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["tier"] != "large"
+    # Asked for difficulty, the head is dropped and p(large) decides again.
+    written, point, score = tune_router(folder, data, max_quality_drop_points=3, score="difficulty")
+    assert score == "difficulty" and point.large_share > 0.25
+    assert "outcome_head" not in load_artifact(written).metadata
+    assert Router(Settings(router_dir=folder)).policy.score == "difficulty"
+
+
+def test_tuning_on_an_outcome_head_the_bench_did_not_measure_is_refused(folder: Path) -> None:
+    with pytest.raises(ConfigError, match="holds no outcome router"):
+        tune_router(folder, bench_output(None), max_quality_drop_points=3, score="outcome")
