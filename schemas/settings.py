@@ -285,6 +285,14 @@ class Settings(BaseSettings):
         "their pieces from this budget in turn, however many run and however slowly "
         "each is read",
     )
+    upload_bytes_per_s: int = Field(
+        default=4 * 1024 * 1024,
+        ge=64 * 1024,
+        description="bytes a second that every file upload of one gateway (/v1/files) "
+        "has its lines checked and stored at together, at most, on average (the first "
+        "MiB at once); a large upload takes longer rather than taking the gateway's CPU "
+        "and database from people",
+    )
     metrics_refresh_s: float = Field(
         default=5.0,
         gt=0,

@@ -111,6 +111,7 @@ def create_file(
     max_line_bytes: int,
     max_lines: int = MAX_LINES,
     quotas: Quotas | None = None,
+    pace: Callable[[int], None] | None = None,
 ) -> BatchFile:
     """Store an uploaded JSONL file line by line (never all of it, nor more than one
     line of ``max_line_bytes``, in memory).
@@ -119,7 +120,8 @@ def create_file(
     ``custom_id`` is kept with its problem noted, and becomes that line's error when
     the batch runs. Lines are written ``INSERT_CHUNK`` at a time, each chunk its own
     short transaction (a large file never holds SQLite's write lock for long), and the
-    file's row last, so the file exists only once all of it is stored. Raises
+    file's row last, so the file exists only once all of it is stored. ``pace`` (see
+    :func:`producer.batches.uploads.store_lines`) may slow the chunks to a budget. Raises
     ``InvalidRequest`` for a purpose other than ``batch``, a file without lines, a line
     longer than ``max_line_bytes`` or more than ``max_lines`` lines (nothing is kept);
     ``QuotaExceeded`` when the owner already holds ``quotas.files`` files, or this one
@@ -141,7 +143,9 @@ def create_file(
         created_at=utcnow(),
     )
     try:
-        row.bytes, row.lines = store_lines(sessions, stream, row.id, max_line_bytes, max_lines)
+        row.bytes, row.lines = store_lines(
+            sessions, stream, row.id, max_line_bytes, max_lines, pace=pace
+        )
         with database_boundary("store the uploaded file"), sessions.begin() as session:
             if quotas is not None and owner is not None:
                 _check_file_quota(session, owner, quotas, adding=row.bytes)

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import IO, Any
 
 from sqlalchemy import delete, insert
@@ -24,11 +25,17 @@ def store_lines(
     file_id: str,
     max_line_bytes: int,
     max_lines: int,
+    *,
+    pace: Callable[[int], None] | None = None,
 ) -> tuple[int, int]:
-    """Insert the upload's lines in chunks; its size in bytes and its line count."""
+    """Insert the upload's lines in chunks; its size in bytes and its line count.
+
+    ``pace`` is called with each chunk's bytes before the chunk is inserted and may
+    wait (a shared budget that keeps uploads from taking the whole gateway)."""
     seen: set[str] = set()  # at most max_lines ids
     pending: list[dict[str, Any]] = []
     size = count = physical = 0
+    paced = 0
     while raw := stream.readline(max_line_bytes + 2):  # room for the line's ending
         size += len(raw)
         physical += 1
@@ -47,9 +54,14 @@ def store_lines(
         pending.append(stored_line(file_id, count, content, seen))
         count += 1
         if len(pending) >= INSERT_CHUNK:
+            if pace is not None:
+                pace(size - paced)
+                paced = size
             _insert_lines(sessions, pending)
             pending = []
     if pending:
+        if pace is not None:
+            pace(size - paced)
         _insert_lines(sessions, pending)
     if count == 0:
         raise InvalidRequest("the file has no lines: a batch file holds one request a line")

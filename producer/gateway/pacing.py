@@ -1,4 +1,4 @@
-"""One byte budget that every download of a gateway shares.
+"""One byte budget that every download of a gateway shares (and one for uploads).
 
 A download is bulk work: whatever its client's speed, the pages it reads and the
 pieces it sends take the CPU and the interpreter that key checks, submits and token
@@ -7,12 +7,14 @@ of every connection, so many readers that each read slowly still make the gatewa
 read and send all of that at once. Downloads therefore draw from one budget of
 ``rate`` bytes a second (up to ``burst`` bytes ahead), in the order they ask, so
 that all of them together take a bounded share of the gateway, however many there are
-and however fast or slowly each is read.
+and however fast or slowly each is read. Uploads are bulk work too: their lines are
+checked and inserted in worker threads at a budget of their own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 
@@ -34,14 +36,17 @@ class BytePacer:
         self._clock = clock
         self._due = clock()
         """When the bytes granted so far are paid for: the budget is spent until then."""
+        # Uploads take from their budget in worker threads, downloads on the event loop.
+        self._lock = threading.Lock()
 
     def reserve(self, size: int) -> float:
         """Take ``size`` bytes from the budget now; the seconds to wait before sending them
         (0 when the budget holds them). Reservations are served in the order made."""
-        now = self._clock()
-        due = max(self._due, now)
-        self._due = due + size / self.rate
-        return max(0.0, self._due - now - self.burst / self.rate)
+        with self._lock:
+            now = self._clock()
+            due = max(self._due, now)
+            self._due = due + size / self.rate
+            return max(0.0, self._due - now - self.burst / self.rate)
 
     def release(self, size: int) -> None:
         """Give back ``size`` bytes of the last reservation (one that will not be sent)."""
@@ -56,3 +61,9 @@ class BytePacer:
         wait = self.reserve(size)
         if wait > 0:
             await asyncio.sleep(wait)
+
+    def take_blocking(self, size: int) -> None:
+        """Wait, in a thread of its own, until ``size`` bytes may be processed."""
+        wait = self.reserve(size)
+        if wait > 0:
+            time.sleep(wait)

@@ -28,12 +28,13 @@ from producer.gateway import queue_metrics
 from producer.gateway.app import create_app
 from producer.gateway.context import GatewayContext
 from producer.gateway.keys import create_key
+from producer.gateway.pacing import BytePacer
 from schemas.db import engine_of, make_engine, make_sessions
 from schemas.errors import InvalidRequest
 from schemas.queues import Priority, Tier
 from schemas.settings import Settings, TierConfig
 from tests.gateway_server import running_gateway
-from tests.integration.test_batches import _new_batch, _upload, clear_batches, line
+from tests.integration.test_batches import _new_batch, _upload, clear_batches, jsonl, line
 
 pytestmark = pytest.mark.integration
 
@@ -310,6 +311,34 @@ def test_a_large_upload_is_stored_in_short_transactions(db_settings: Settings) -
     assert stored.lines == 2500
     assert len(commits) >= 3  # a chunk of 1000 lines a transaction, then the file's row
     assert stored_line_count(db_settings) == 2500
+
+
+def test_uploads_are_stored_at_their_shared_byte_budget(db_settings: Settings) -> None:
+    clear_batches(db_settings.database_url)
+    body = jsonl(*[line(f"r{i}") for i in range(2500)])
+    budget = BytePacer(len(body) / 0.5, burst=1)  # the whole file in half a second
+    paced: list[int] = []
+
+    def pace(size: int) -> None:
+        paced.append(size)
+        budget.take_blocking(size)
+
+    with Client(db_settings) as client:
+        started = time.monotonic()
+        stored = store.create_file(
+            client.sessions,
+            io.BytesIO(body),
+            filename="r.jsonl",
+            purpose="batch",
+            owner="team",
+            max_line_bytes=1 << 20,
+            pace=pace,
+        )
+        took = time.monotonic() - started
+    assert stored.lines == 2500
+    assert len(paced) == 3, "one take per chunk of lines"
+    assert sum(paced) == len(body) == stored.bytes
+    assert took >= 0.4, f"the budget held the upload to its rate, took {took:.2f} s"
 
 
 def test_slow_uploads_leave_key_checks_their_threads(

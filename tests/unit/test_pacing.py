@@ -102,3 +102,17 @@ def test_the_address_table_stays_bounded() -> None:
 def test_a_probe_pacer_needs_a_positive_rate_and_wait(rate: float, wait: float) -> None:
     with pytest.raises(ValueError):
         ProbePacer(rate, max_wait_s=wait)
+
+
+def test_threads_taking_from_one_budget_share_it() -> None:
+    import threading
+
+    pacer = BytePacer(100_000, burst=10_000)
+    threads = [threading.Thread(target=pacer.take_blocking, args=(50_000,)) for _ in range(2)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # 100 kB at 100 kB/s, 10 kB of it at once: at least 0.9 s for the two together.
+    assert time.monotonic() - started >= 0.85

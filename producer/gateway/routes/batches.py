@@ -36,6 +36,9 @@ FILES_PATH = "/v1/files"
 # outcome; it only has to hold a few pieces of content.
 DOWNLOAD_BURST_BYTES = 1024 * 1024
 """How far ahead of ``settings.download_bytes_per_s`` downloads may send."""
+# Not a setting either: a small file (a few thousand lines) is stored at once.
+UPLOAD_BURST_BYTES = 1024 * 1024
+"""How far ahead of ``settings.upload_bytes_per_s`` uploads may be stored."""
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[Any]]
 T = TypeVar("T")
 
@@ -62,6 +65,7 @@ class BatchApi:
         self.runner: BatchRunner | None = None
         rate = gateway.settings.download_bytes_per_s
         self._downloads = downloads or BytePacer(rate, burst=DOWNLOAD_BURST_BYTES)
+        self._uploads = BytePacer(gateway.settings.upload_bytes_per_s, burst=UPLOAD_BURST_BYTES)
         self._pool = ThreadPoolExecutor(
             gateway.settings.batch_api_threads, thread_name_prefix="llmq-batch-api"
         )
@@ -106,6 +110,7 @@ class BatchApi:
                 max_line_bytes=self.gateway.settings.max_body_bytes,
                 max_lines=self.gateway.settings.batch_max_lines,
                 quotas=self._quotas,
+                pace=self._uploads.take_blocking,
             )
             row = await self._run(partial(create, self._sessions, upload.file))
         finally:
