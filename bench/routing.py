@@ -366,13 +366,22 @@ def measure_frontier(
             summarise=lambda found: frontier_summary(found, max_quality_drop=max_quality_drop),
             router=classifier.model_hash,
         )
-    result["answers_dir"] = str(answers_dir)
+    result["answers_dir"] = _shown(answers_dir)
     result["measured_models"] = {tier.value: settings.tier(tier).model for tier in FRONTIER_TIERS}
     path = settings.router_folder / FRONTIER_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result) + "\n")
-    result["frontier_file"] = str(path)
+    result["frontier_file"] = _shown(path)
     return result
+
+
+def _shown(path: Path) -> str:
+    """``path`` as a result records it: under the home folder as ``~/...``, so a
+    committed result names no machine's home."""
+    try:
+        return str(Path("~") / path.resolve().relative_to(Path.home().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def frontier_summary(frontier: Frontier, *, max_quality_drop: float) -> dict[str, Any]:
