@@ -14,6 +14,7 @@ checked and inserted in worker threads at a budget of their own.
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -42,15 +43,21 @@ class BytePacer:
     def reserve(self, size: int) -> float:
         """Take ``size`` bytes from the budget now; the seconds to wait before sending them
         (0 when the budget holds them). Reservations are served in the order made."""
+        wait = self.reserve_within(size, math.inf)
+        assert wait is not None
+        return wait
+
+    def reserve_within(self, size: int, max_wait_s: float) -> float | None:
+        """As :meth:`reserve`, but only when the wait is at most ``max_wait_s``; None
+        (and nothing taken) when it would be longer."""
         with self._lock:
             now = self._clock()
-            due = max(self._due, now)
-            self._due = due + size / self.rate
-            return max(0.0, self._due - now - self.burst / self.rate)
-
-    def release(self, size: int) -> None:
-        """Give back ``size`` bytes of the last reservation (one that will not be sent)."""
-        self._due -= size / self.rate
+            due = max(self._due, now) + size / self.rate
+            wait = max(0.0, due - now - self.burst / self.rate)
+            if wait > max_wait_s:
+                return None
+            self._due = due
+            return wait
 
     def idle(self) -> bool:
         """Whether the whole burst is available: nothing reserved is still unpaid."""

@@ -40,9 +40,8 @@ class ProbePacer:
         max_addresses: int = MAX_ADDRESSES,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if max_wait_s <= 0:
-            raise ValueError(f"a probe's longest wait must be positive, not {max_wait_s}")
-        BytePacer(rate, burst=1)  # validates the rate
+        if rate <= 0 or max_wait_s <= 0:
+            raise ValueError(f"probes need a positive rate and wait, not {rate}, {max_wait_s}")
         self.rate = rate
         self.max_wait_s = max_wait_s
         self._burst = max(1, math.ceil(rate))
@@ -58,17 +57,14 @@ class ProbePacer:
             self._forget_idle()
             pacer = BytePacer(self.rate, burst=self._burst, clock=self._clock)
             self._by_address[address] = pacer
-        wait = pacer.reserve(1)
-        if wait > self.max_wait_s:
-            pacer.release(1)
-            return None
-        return wait
+        return pacer.reserve_within(1, self.max_wait_s)
 
     async def take(self, address: str) -> None:
         """Wait for ``address``'s turn. Raises ``GatewayError`` (429), after waiting
         ``max_wait_s``, when its turn is further off than that."""
         wait = self.reserve(address)
-        await asyncio.sleep(self.max_wait_s if wait is None else wait)
+        if wait is None or wait > 0:
+            await asyncio.sleep(self.max_wait_s if wait is None else wait)
         if wait is None:
             retry_after = max(1, math.ceil(self.max_wait_s))
             raise GatewayError(

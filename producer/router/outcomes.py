@@ -117,9 +117,8 @@ def cross_validated_scores(
     scores = np.zeros(len(case_ids))
     for fold in range(folds):
         held = order[fold::folds]
-        head = fit_outcome_head(
-            features[np.setdiff1d(order, held)], labels[np.setdiff1d(order, held)]
-        )
+        train = np.setdiff1d(order, held)
+        head = fit_outcome_head(features[train], labels[train])
         scores[held] = head.score(features[held])
     return {case_id: float(score) for case_id, score in zip(case_ids, scores, strict=True)}
 
