@@ -93,9 +93,11 @@ def tune_router(
         )
     names = SCORES if score == "best" else (score,)
     points: dict[Score, OperatingPoint] = {}
+    cases: dict[Score, int] = {}
     problems = []
     for name in (n for n in names if n in candidates):
         frontier = frontier_from_json(candidates[name])
+        cases[name] = frontier.cases
         if frontier.router is not None and frontier.router != artifact.model_hash:
             raise ConfigError(
                 f"the frontier was measured with router {frontier.router}, but the current "
@@ -112,10 +114,9 @@ def tune_router(
         raise ConfigError("; ".join(problems))
     chosen = min(points, key=lambda n: (points[n].large_share, SCORES.index(n)))
     point = points[chosen]
-    cases = frontier_from_json(candidates[chosen]).cases
     metadata = {
         **artifact.metadata,
-        TUNED_KEY: {**point.model_dump(mode="json"), "cases": cases, "score": chosen},
+        TUNED_KEY: {**point.model_dump(mode="json"), "cases": cases[chosen], "score": chosen},
     }
     metadata.pop(OUTCOME_HEAD_KEY, None)
     if chosen == "outcome":
