@@ -1,4 +1,4 @@
-"""Column changes that several revisions of the job database make the same way."""
+"""Schema changes that several revisions of the job database make the same way."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.schema import SchemaItem
 
 
 def add_columns(
@@ -41,3 +42,20 @@ def columns_added(
         drop_columns(table, *(column.name for column in columns))
 
     return upgrade, downgrade
+
+
+def timestamp(name: str, *, nullable: bool = True) -> sa.Column[Any]:
+    """A column named ``name`` of a timezone-aware time: every time the database keeps."""
+    return sa.Column(name, sa.DateTime(timezone=True), nullable=nullable)
+
+
+def create_keyed_table(name: str, *items: SchemaItem, id_length: int) -> None:
+    """Create table ``name`` keyed by a string ``id`` of at most ``id_length`` characters:
+    the ``id`` column first, then ``items`` (columns, other constraints) in order, and a
+    primary key named as the metadata's naming convention names it (``pk_<name>``)."""
+    op.create_table(
+        name,
+        sa.Column("id", sa.String(id_length), nullable=False),
+        *items,
+        sa.PrimaryKeyConstraint("id", name=op.f(f"pk_{name}")),
+    )

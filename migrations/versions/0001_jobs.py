@@ -5,14 +5,15 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from migrations.alter import create_keyed_table, timestamp
+
 revision = "0001"
 down_revision = None
 
 
 def upgrade() -> None:
-    op.create_table(
+    create_keyed_table(
         "jobs",
-        sa.Column("id", sa.String(32), nullable=False),
         sa.Column("idempotency_key", sa.String(200), nullable=True),
         sa.Column("tier", sa.String(16), nullable=False),
         sa.Column("priority", sa.String(16), nullable=False),
@@ -29,11 +30,11 @@ def upgrade() -> None:
         sa.Column("worker_id", sa.String(200), nullable=True),
         sa.Column("attempts", sa.Integer(), nullable=False),
         sa.Column("error", sa.Text(), nullable=True),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("started_at", sa.DateTime(timezone=True), nullable=True),
-        sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_jobs")),
+        timestamp("created_at", nullable=False),
+        timestamp("started_at"),
+        timestamp("finished_at"),
         sa.UniqueConstraint("idempotency_key", name=op.f("uq_jobs_idempotency_key")),
+        id_length=32,
     )
     op.create_index("ix_jobs_status_created_at", "jobs", ["status", "created_at"])
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from migrations.alter import timestamp
+
 revision = "0007"
 down_revision = "0006"
 
@@ -37,8 +39,8 @@ def upgrade() -> None:
         "conversations",
         sa.Column("owner", sa.String(32), nullable=False),
         sa.Column("id", sa.String(200), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        timestamp("created_at", nullable=False),
+        timestamp("updated_at", nullable=False),
         sa.PrimaryKeyConstraint("owner", "id", name=op.f("pk_conversations")),
     )
     op.create_index("ix_conversations_updated_at", "conversations", ["updated_at"])
@@ -50,7 +52,7 @@ def upgrade() -> None:
         sa.Column("role", sa.String(16), nullable=False),
         sa.Column("content", sa.Text(), nullable=False),
         sa.Column("tokens", sa.Integer(), nullable=True),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        timestamp("created_at", nullable=False),
     )
     op.create_index("ix_turns_job_id", "turns", ["job_id"])
     op.create_index("ix_turns_created_at", "turns", ["created_at"])
@@ -68,8 +70,8 @@ def upgrade() -> None:
         sa.Column("error", sa.Text(), nullable=True),
         sa.Column("stage", sa.String(16), nullable=True),
         sa.Column("step_jobs", sa.JSON(), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
+        timestamp("created_at", nullable=False),
+        timestamp("finished_at"),
     )
     op.create_index("ix_summaries_day_status", "summaries", ["day", "status"])
 

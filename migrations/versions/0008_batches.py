@@ -5,42 +5,46 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from migrations.alter import add_columns, drop_columns
+from migrations.alter import add_columns, create_keyed_table, drop_columns, timestamp
 
 revision = "0008"
 down_revision = "0007"
 
 
-def _when(name: str, *, nullable: bool = True) -> sa.Column[object]:
-    return sa.Column(name, sa.DateTime(timezone=True), nullable=nullable)
+def _create_line_table(name: str, parent_key: str, *columns: sa.Column[object]) -> None:
+    """A table of one row per line of a file or a batch: ``parent_key`` (the file's or
+    the batch's id) and the line's number key it, then ``columns``."""
+    op.create_table(
+        name,
+        sa.Column(parent_key, sa.String(40), nullable=False),
+        sa.Column("line_no", sa.Integer(), nullable=False),
+        *columns,
+        sa.PrimaryKeyConstraint(parent_key, "line_no", name=op.f(f"pk_{name}")),
+    )
 
 
 def upgrade() -> None:
-    op.create_table(
+    create_keyed_table(
         "batch_files",
-        sa.Column("id", sa.String(40), nullable=False),
         sa.Column("owner", sa.String(32), nullable=True),
         sa.Column("purpose", sa.String(16), nullable=False),
         sa.Column("filename", sa.String(255), nullable=False),
         sa.Column("bytes", sa.Integer(), nullable=False),
         sa.Column("lines", sa.Integer(), nullable=False),
         sa.Column("batch_id", sa.String(40), nullable=True),
-        _when("created_at", nullable=False),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_batch_files")),
+        timestamp("created_at", nullable=False),
+        id_length=40,
     )
     op.create_index("ix_batch_files_owner", "batch_files", ["owner"])
-    op.create_table(
+    _create_line_table(
         "batch_file_lines",
-        sa.Column("file_id", sa.String(40), nullable=False),
-        sa.Column("line_no", sa.Integer(), nullable=False),
+        "file_id",
         sa.Column("content", sa.Text(), nullable=False),
         sa.Column("custom_id", sa.String(200), nullable=True),
         sa.Column("problem", sa.Text(), nullable=True),
-        sa.PrimaryKeyConstraint("file_id", "line_no", name=op.f("pk_batch_file_lines")),
     )
-    op.create_table(
+    create_keyed_table(
         "batches",
-        sa.Column("id", sa.String(40), nullable=False),
         sa.Column("owner", sa.String(32), nullable=True),
         sa.Column("input_file_id", sa.String(40), nullable=False),
         sa.Column("endpoint", sa.String(64), nullable=False),
@@ -52,32 +56,30 @@ def upgrade() -> None:
         sa.Column("failed", sa.Integer(), nullable=False),
         sa.Column("enqueued", sa.Integer(), nullable=False),
         sa.Column("lease_owner", sa.String(64), nullable=True),
-        _when("lease_until"),
+        timestamp("lease_until"),
         sa.Column("output_file_id", sa.String(40), nullable=True),
         sa.Column("error_file_id", sa.String(40), nullable=True),
         sa.Column("errors", sa.JSON(), nullable=True),
         sa.Column("metadata", sa.JSON(), nullable=True),
-        _when("created_at", nullable=False),
-        _when("expires_at", nullable=False),
-        _when("in_progress_at"),
-        _when("finalizing_at"),
-        _when("completed_at"),
-        _when("failed_at"),
-        _when("expired_at"),
-        _when("cancelling_at"),
-        _when("cancelled_at"),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_batches")),
+        timestamp("created_at", nullable=False),
+        timestamp("expires_at", nullable=False),
+        timestamp("in_progress_at"),
+        timestamp("finalizing_at"),
+        timestamp("completed_at"),
+        timestamp("failed_at"),
+        timestamp("expired_at"),
+        timestamp("cancelling_at"),
+        timestamp("cancelled_at"),
+        id_length=40,
     )
     op.create_index("ix_batches_owner", "batches", ["owner"])
     op.create_index("ix_batches_status", "batches", ["status"])
-    op.create_table(
+    _create_line_table(
         "batch_line_errors",
-        sa.Column("batch_id", sa.String(40), nullable=False),
-        sa.Column("line_no", sa.Integer(), nullable=False),
+        "batch_id",
         sa.Column("custom_id", sa.String(200), nullable=True),
         sa.Column("code", sa.String(64), nullable=False),
         sa.Column("message", sa.Text(), nullable=False),
-        sa.PrimaryKeyConstraint("batch_id", "line_no", name=op.f("pk_batch_line_errors")),
     )
     add_columns(
         "jobs",

@@ -5,14 +5,15 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from migrations.alter import create_keyed_table, timestamp
+
 revision = "0009"
 down_revision = "0008"
 
 
 def upgrade() -> None:
-    op.create_table(
+    create_keyed_table(
         "ab_runs",
-        sa.Column("id", sa.String(40), nullable=False),
         sa.Column("a", sa.String(16), nullable=False),
         sa.Column("b", sa.String(16), nullable=False),
         sa.Column("cases", sa.String(255), nullable=False),
@@ -20,13 +21,12 @@ def upgrade() -> None:
         sa.Column("threshold_points", sa.Float(), nullable=False),
         sa.Column("verdict", sa.String(16), nullable=False),
         sa.Column("report", sa.JSON(), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_ab_runs")),
+        timestamp("created_at", nullable=False),
+        id_length=40,
     )
     op.create_index("ix_ab_runs_b", "ab_runs", ["b"])
-    op.create_table(
+    create_keyed_table(
         "tier_promotions",
-        sa.Column("id", sa.String(40), nullable=False),
         sa.Column("tier", sa.String(16), nullable=False),
         sa.Column("variant", sa.String(16), nullable=False),
         sa.Column("config", sa.JSON(), nullable=True),
@@ -34,8 +34,8 @@ def upgrade() -> None:
         sa.Column("forced", sa.Boolean(), nullable=False),
         sa.Column("reason", sa.Text(), nullable=True),
         sa.Column("promoted_by", sa.String(200), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_tier_promotions")),
+        timestamp("created_at", nullable=False),
+        id_length=40,
     )
     op.create_index("ix_tier_promotions_tier", "tier_promotions", ["tier"])
 
