@@ -114,6 +114,22 @@ class ApiKey(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
+def _conversation_part(table: str, unique_by: str) -> tuple[UniqueConstraint, ForeignKeyConstraint]:
+    """The constraints of a table whose rows belong to a conversation: one row per
+    conversation and ``unique_by``, and each row gone with its conversation."""
+    return (
+        UniqueConstraint(
+            "owner", "conversation_id", unique_by, name=f"uq_{table}_conversation_{unique_by}"
+        ),
+        ForeignKeyConstraint(
+            ["owner", "conversation_id"],
+            ["conversations.owner", "conversations.id"],
+            name=f"fk_{table}_conversation",
+            ondelete="CASCADE",
+        ),
+    )
+
+
 class Conversation(Base):
     """A conversation, as one owner names it: its turns and nightly summaries hang off it.
 
@@ -148,13 +164,7 @@ class Turn(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     __table_args__ = (
-        UniqueConstraint("owner", "conversation_id", "seq", name="uq_turns_conversation_seq"),
-        ForeignKeyConstraint(
-            ["owner", "conversation_id"],
-            ["conversations.owner", "conversations.id"],
-            name="fk_turns_conversation",
-            ondelete="CASCADE",
-        ),
+        *_conversation_part("turns", "seq"),
         Index("ix_turns_created_at", "created_at"),
     )
 
@@ -187,13 +197,7 @@ class Summary(Base):
 
     __table_args__ = (
         # One summary per conversation and day, whatever runs the night and how often.
-        UniqueConstraint("owner", "conversation_id", "day", name="uq_summaries_conversation_day"),
-        ForeignKeyConstraint(
-            ["owner", "conversation_id"],
-            ["conversations.owner", "conversations.id"],
-            name="fk_summaries_conversation",
-            ondelete="CASCADE",
-        ),
+        *_conversation_part("summaries", "day"),
         Index("ix_summaries_day_status", "day", "status"),
     )
 
