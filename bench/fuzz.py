@@ -31,6 +31,7 @@ from bench.queue_fuzz import random_queue_payload
 from producer.gateway.protocol.chat import ChatCompletionRequest
 from producer.submission import RequestLike, parse_request
 from schemas.errors import LlmqError
+from schemas.requests import GenerationRequest
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
@@ -38,17 +39,9 @@ if TYPE_CHECKING:
 VALID_REQUEST: dict[str, Any] = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
 """The smallest request llmq serves; every request mutation starts from a copy of it."""
 
-REQUEST_FIELDS = (
-    "messages",
-    "system_prompt",
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "stop",
-    "seed",
-    "conversation_id",
-    "metadata",
-)
+REQUEST_FIELDS = tuple(GenerationRequest.from_text("hi").model_dump(mode="json"))
+"""The fields a plain request carries (one without tools, sampling extras or several
+choices), in the order the request model writes them; mutations pick among these."""
 NUMERIC_FIELDS = ("max_tokens", "temperature", "top_p", "seed")
 
 HUGE_TEXT_CHARS = 200_001  # one past the longest message content a request may carry
