@@ -10,6 +10,7 @@ import argparse
 from typing import Any
 
 from schemas.queues import Tier
+from schemas.tier_option import tier_option
 
 
 def register_worker(commands: Any) -> None:
@@ -37,13 +38,7 @@ def register_worker(commands: Any) -> None:
     worker.set_defaults(handler=_worker)
 
 
-def _tier(text: str) -> Tier:
-    try:
-        return Tier(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a tier: small, medium, large, embed, or <tier>@<variant>"
-        ) from None
+_tier = tier_option("small, medium, large, embed, or <tier>@<variant>")
 
 
 def _worker(args: argparse.Namespace) -> int:

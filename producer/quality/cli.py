@@ -8,15 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from schemas.queues import Tier
+from schemas.tier_option import tier_option
 
-
-def _tier(text: str) -> Tier:
-    try:
-        return Tier(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a tier: small, medium, large, or <tier>@<variant>"
-        ) from None
+_tier = tier_option("small, medium, large, or <tier>@<variant>")
 
 
 def _positive(text: str) -> int:
