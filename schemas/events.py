@@ -80,13 +80,15 @@ class TokenEvent(BaseModel):
 
 
 class AttemptEvent(BaseModel):
-    """A new attempt of the job took over; it continues after ``resumed_chars`` of text."""
+    """A new run of the job took over: a later attempt (its worker was lost), or the
+    same attempt of a batch job that gave way. It continues after ``resumed_chars`` of
+    text."""
 
     model_config = ConfigDict(frozen=True)
 
     type: Literal["attempt"] = "attempt"
     seq: int = Field(ge=0)
-    attempt: int = Field(ge=2)
+    attempt: int = Field(ge=1)
     resumed_chars: int = Field(ge=0)
 
 

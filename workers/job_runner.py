@@ -107,7 +107,7 @@ def _run_claimed(runtime: WorkerRuntime, claimed: ClaimedJob, early: EarlyStart 
         job_id, early.running if early is not None else None, priority=claimed.priority
     )
     try:
-        resumed = publisher.resume(claimed.attempt) if claimed.attempt > 1 else ""
+        resumed = _resumed_text(publisher, claimed)
         running.stop_at(_seconds_left(runtime, claimed))
         generation = generate(
             runtime, claimed, publisher, running, resumed_text=resumed, early=early
@@ -122,12 +122,21 @@ def _run_claimed(runtime: WorkerRuntime, claimed: ClaimedJob, early: EarlyStart 
     finally:
         runtime.running.finish(job_id)
     if running.reason is StopReason.YIELDED and generation.finish_reason is None:
-        _yielded(runtime, claimed, published=publisher.seq > 0)
+        _yielded(runtime, claimed)
         return
     if running.reason is not None and generation.finish_reason is None:
         _stopped(runtime, publisher, claimed, running.reason)
         return
     _finish(runtime, publisher, claimed, generation)
+
+
+def _resumed_text(publisher: StreamPublisher, claimed: ClaimedJob) -> str:
+    """What earlier runs of the job streamed, for this run to go on from: an earlier
+    attempt's (its worker was lost), or a batch job's own, published as it gave way
+    (``_keep_held``); "" for a job that starts afresh."""
+    if claimed.attempt > 1 or claimed.priority == Priority.BATCH:
+        return publisher.resume(claimed.attempt)
+    return ""
 
 
 def _seconds_left(runtime: WorkerRuntime, claimed: ClaimedJob) -> float:
@@ -311,6 +320,8 @@ def generate(
                 generation.cached_prompt_tokens = delta.cached_tokens
             generation.completion_tokens = started.resumed_tokens + delta.completion_tokens
             generation.finish_reason = delta.finish_reason or generation.finish_reason
+        if running.reason is StopReason.YIELDED and generation.finish_reason is None:
+            _keep_held(started, publisher, generation)
     finally:
         started.deltas.close()
         if started.ticket is not None:
@@ -321,6 +332,21 @@ def generate(
         system_prompt=started.request.system_prompt,
     )
     return generation
+
+
+def _keep_held(started: _Started, publisher: StreamPublisher, generation: Generation) -> None:
+    """A batch job gives way: what the engine held of its answer is published, so that
+    its next run goes on from that text (``_resumed_text``) instead of generating it
+    again. A structured answer cannot go on from part of itself: its next run starts
+    afresh."""
+    sampling = started.request.sampling
+    if started.deltas is None or (sampling is not None and sampling.structured is not None):
+        return
+    held = started.deltas.held()
+    if held is None or not held.text:
+        return
+    generation.text_parts.append(held.text)
+    publisher.token(held.text, held.logprobs)
 
 
 def _generate_choices(
@@ -405,18 +431,15 @@ def _fail(
     publisher.error(message, status)
 
 
-def _yielded(runtime: WorkerRuntime, claimed: ClaimedJob, *, published: bool) -> None:
+def _yielded(runtime: WorkerRuntime, claimed: ClaimedJob) -> None:
     """Send a batch job that gave way to interactive work back to its queue.
 
-    A batch answer goes out in one piece, at its end, so usually nothing of the job
-    was published: its next run starts afresh, as the same attempt. Where something
-    was (an engine that streams batch work too, or a resumed attempt), the attempt
-    is spent and the next one resumes from the text streamed, as after a crash.
-    Should the message be lost (Redis away, this worker dying), the reaper re-sends
-    a queued row that has none.
+    Giving way spends no attempt. What the job generated before it gave way was
+    published (``_keep_held``), so its next run goes on from that text, as after a
+    crash, rather than computing it again. Should the message be lost (Redis away,
+    this worker dying), the reaper re-sends a queued row that has none.
     """
-    job_id = claimed.id
-    requeue = runtime.scheduling.scheduler.gave_way(job_id, published=published)
+    job_id = runtime.scheduling.scheduler.gave_way(claimed.id).job_id
 
     def after(requeued: bool) -> None:
         if requeued:
@@ -430,7 +453,7 @@ def _yielded(runtime: WorkerRuntime, claimed: ClaimedJob, *, published: bool) ->
             runtime.sessions,
             job_id,
             attempt=claimed.attempt,
-            spend_attempt=requeue.spend_attempt,
+            spend_attempt=False,
         ),
         what=f"put job {job_id} back in its queue",
         then=after,

@@ -64,9 +64,10 @@ class StreamPublisher:
         self._sent = self._log.entries()
 
     def resume(self, attempt: int) -> str:
-        """Take over the log of an earlier attempt; return the text it already streamed.
+        """Take over the log of earlier runs; return the text they already streamed.
 
-        Appends an ``attempt`` event, so readers know a new attempt goes on from there.
+        Appends an ``attempt`` event, so readers know a new run goes on from there;
+        none where a first attempt finds nothing streamed (it simply starts).
         """
         self.adopt()
         streamed = "".join(
@@ -74,8 +75,9 @@ class StreamPublisher:
             for event in (parse_event(raw) for raw in self._sent)
             if isinstance(event, TokenEvent)
         )
-        event = AttemptEvent(seq=self.seq, attempt=attempt, resumed_chars=len(streamed))
-        self._emit(event.model_dump_json())
+        if streamed or attempt > 1:
+            event = AttemptEvent(seq=self.seq, attempt=attempt, resumed_chars=len(streamed))
+            self._emit(event.model_dump_json())
         return streamed
 
     def token(

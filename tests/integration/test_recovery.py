@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -19,13 +20,13 @@ from sqlalchemy import update
 from bench.redis_server import RedisServer
 from producer.client import Client
 from schemas.errors import JobCancelled, JobFailed
-from schemas.events import AttemptEvent, ErrorEvent, FinalEvent, TokenEvent
+from schemas.events import AttemptEvent, ErrorEvent, FinalEvent, TokenEvent, parse_event
 from schemas.jobs import JobStatus
 from schemas.queues import Priority, Tier, event_log_key
 from schemas.settings import Settings
 from schemas.tables import Job
 from tests.conftest import job_row
-from tests.integration.test_runner import ScriptedEngine, runtime_for
+from tests.integration.test_runner import ScriptedEngine, ScriptedStream, runtime_for
 from workers.job_runner import run_job
 from workers.jobs import claim_job
 from workers.publisher import StreamPublisher
@@ -331,24 +332,46 @@ def test_a_batch_job_that_gives_way_goes_back_to_its_queue_unseen(
     assert job_row(integration_settings.database_url, handle.job_id).attempts == 1
 
 
-def test_a_job_that_gave_way_after_streaming_resumes_like_after_a_crash(
+def test_a_batch_job_that_gave_way_goes_on_from_what_it_had_generated(
     integration_settings: Settings,
 ) -> None:
-    engine = ScriptedEngine([f"w{i} " for i in range(50)], delay_s=0.05)
+    # As the engine does, the batch answer is held to its end: nothing is published
+    # while it runs, and what it holds is published as it gives way.
+    engine = ScriptedEngine([f"w{i} " for i in range(50)], delay_s=0.05, hold_batch=True)
+    stream_held: list[ScriptedStream] = []
+    original = engine.stream
+
+    def keeping(*args: Any, **kwargs: Any) -> ScriptedStream:
+        stream_held.append(original(*args, **kwargs))
+        return stream_held[-1]
+
+    engine.stream = keeping  # type: ignore[method-assign]
     runtime = replace(runtime_for(integration_settings, engine), resend=lambda *_: None)
     with Client(integration_settings) as client:
-        handle = client.submit(REQUEST, priority="batch")
-        worker = _run_until(
-            runtime, handle.job_id, lambda: runtime.redis.llen(event_log_key(handle.job_id)) >= 2
-        )
+        handle = client.submit({**REQUEST, "max_tokens": 64}, priority="batch")
+        worker = _run_until(runtime, handle.job_id, lambda: _held_words(stream_held) >= 3)
+        log_key = event_log_key(handle.job_id)
+        assert runtime.redis.llen(log_key) == 0  # held, not streamed
         runtime.running.yield_batch(keep=0)
         worker.join(timeout=10)
         assert client.status(handle.job_id) is JobStatus.QUEUED
-        assert job_row(integration_settings.database_url, handle.job_id).attempts == 1  # spent
-        run_job(runtime_for(integration_settings, ScriptedEngine(["end"])), handle.job_id)
+        assert job_row(integration_settings.database_url, handle.job_id).attempts == 0
+        logged = [parse_event(raw) for raw in runtime.redis.lrange(log_key, 0, -1)]
+        kept = "".join(event.text for event in logged if isinstance(event, TokenEvent))
+        assert kept.startswith("w0 w1 w2 ")
+        again = ScriptedEngine(["end"], hold_batch=True)
+        run_job(runtime_for(integration_settings, again), handle.job_id)
         text = handle.result(timeout=5).text
         events = list(client.events(handle.job_id, timeout=5))
+    # The next run was asked to go on from the kept text, not to write it again.
+    assert len(again.prompts[0]) == len(engine.prompts[0]) + len(kept.split())
+    assert again.seen[0].max_tokens == 64 - len(kept.split())
     streamed = "".join(e.text for e in events if isinstance(e, TokenEvent))
-    assert text == streamed  # one coherent answer, no token twice
-    assert text.startswith("w0 w1 ") and text.endswith("end")
-    assert [e.attempt for e in events if isinstance(e, AttemptEvent)] == [2]
+    assert text == streamed == kept + "end"  # one coherent answer, no token twice
+    assert [e.attempt for e in events if isinstance(e, AttemptEvent)] == [1]
+    assert job_row(integration_settings.database_url, handle.job_id).attempts == 1
+
+
+def _held_words(streams: list[ScriptedStream]) -> int:
+    held = streams[-1].held() if streams else None
+    return 0 if held is None else len(held.text.split())

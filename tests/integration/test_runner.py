@@ -26,6 +26,7 @@ from schemas.queues import Tier, event_log_key
 from schemas.settings import Settings
 from workers.append_combiner import AppendCombiner
 from workers.engine.base import BACKGROUND_PRIORITY, INTERACTIVE_PRIORITY, Delta, SamplingOptions
+from workers.engine.vllm import merged_deltas
 from workers.job_runner import run_job
 from workers.scheduler import Scheduler, SlotShares
 from workers.scheduler_driver import SchedulerDriver
@@ -34,8 +35,48 @@ from workers.worker_runtime import WorkerRuntime
 pytestmark = pytest.mark.integration
 
 
+class ScriptedStream:
+    """A scripted request's deltas, as the engine hands them over. With ``hold``, as
+    the engine does for an answer that goes out in one piece: an empty delta at the
+    first token, the whole answer at its end, and what it holds so far in ``held``."""
+
+    def __init__(self, deltas: Iterator[Delta], *, hold: bool = False) -> None:
+        self._deltas = deltas
+        self._held: list[Delta] | None = [] if hold else None
+        self._out = self._holding() if hold else deltas
+
+    def __iter__(self) -> Iterator[Delta]:
+        return self
+
+    def __next__(self) -> Delta:
+        return next(self._out)
+
+    def close(self) -> None:
+        for deltas in (self._out, self._deltas):
+            close = getattr(deltas, "close", None)
+            if close is not None:
+                close()
+
+    def held(self) -> Delta | None:
+        parts = list(self._held or ())
+        if not parts or parts[-1].finished:
+            return None
+        return merged_deltas(parts)
+
+    def _holding(self) -> Iterator[Delta]:
+        assert self._held is not None
+        for delta in self._deltas:
+            if not self._held:
+                yield replace(delta, text="", finished=False)
+            self._held.append(delta)
+            if delta.finished:
+                yield merged_deltas(self._held)
+
+
 class ScriptedEngine:
-    """Emits the given chunks; counts one token per whitespace-separated word of the prompt."""
+    """Emits the given chunks; counts one token per whitespace-separated word of the
+    prompt. With ``hold_batch``, a batch answer is held to its end as the engine holds
+    it (``ScriptedStream``); otherwise every answer streams."""
 
     def __init__(
         self,
@@ -44,8 +85,10 @@ class ScriptedEngine:
         max_model_len: int = 4096,
         fail: bool = False,
         delay_s: float = 0.0,
+        hold_batch: bool = False,
     ):
         self.chunks = list(chunks)
+        self.hold_batch = hold_batch
         self.delay_s = delay_s
         self.prompts: list[list[int]] = []
         self._max_model_len = max_model_len
@@ -74,12 +117,13 @@ class ScriptedEngine:
         request_id: str,
         *,
         stop: threading.Event | None = None,
-    ) -> Iterator[Delta]:
+    ) -> ScriptedStream:
         """Takes the request when called, as the real engine does; what it yields comes
         from ``deltas``, which a test's own scripted engine overrides."""
         self.seen.append(options)
         self.prompts.append(prompt_token_ids)
-        return self.deltas(options, request_id, stop)
+        hold = self.hold_batch and not options.stream_tokens
+        return ScriptedStream(self.deltas(options, request_id, stop), hold=hold)
 
     def deltas(
         self, options: SamplingOptions, request_id: str, stop: threading.Event | None

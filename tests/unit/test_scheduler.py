@@ -329,10 +329,9 @@ def test_the_youngest_batch_jobs_beyond_the_share_give_way() -> None:
     assert giving_way(batch, keep=-1) == ["old", "middle", "young"]
 
 
-def test_a_job_that_gave_way_goes_back_on_the_same_attempt_unless_it_published() -> None:
+def test_a_job_that_gave_way_goes_back_on_the_same_attempt() -> None:
     sched = scheduler(SlotShares(4, 1, 1))
-    assert sched.gave_way("b0", published=False) == Requeue("b0", spend_attempt=False)
-    assert sched.gave_way("b1", published=True) == Requeue("b1", spend_attempt=True)
+    assert sched.gave_way("b0") == Requeue("b0")
 
 
 # Batch's turns where it pauses for people.

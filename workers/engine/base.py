@@ -60,6 +60,13 @@ class DeltaStream(Protocol):
 
     def close(self) -> None: ...
 
+    def held(self) -> Delta | None:
+        """What an answer that goes out in one piece (``stream_tokens`` False) has
+        generated and not handed over yet, as one unfinished delta; None when nothing
+        is held (a streamed answer, or one already handed over whole). Read after a
+        stop, it is the text a resumed run can go on from."""
+        ...
+
 
 class Engine(Protocol):
     """A started, thread-safe engine: many threads may stream from it at once."""

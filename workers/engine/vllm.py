@@ -159,18 +159,21 @@ class VllmEngine:
         if self._engine is None or self._closed:
             raise EngineError("the engine is not running")
         deltas: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        # An answer that goes out in one piece is held on the engine's loop; the
+        # reader may take what it holds after a stop (``_Submitted.held``).
+        held: list[Delta] | None = None if options.stream_tokens else []
         handover = self._handovers[request_id] = threading.Event()
         # Submitted now, not at the first ``next``: a caller may start the request and
         # do other work (the job's claim) while the engine computes the first token.
         future = asyncio.run_coroutine_threadsafe(
-            self._pump(prompt_token_ids, options, request_id, deltas), self._loop
+            self._pump(prompt_token_ids, options, request_id, deltas, held), self._loop
         )
         # But only once the engine has it: the hand-over is Python on the engine's loop
         # thread, and the caller's next work (a claim's SQL) would take the GIL from it
         # and delay the first token (docs/architecture.md, "The claim").
         handover.wait(HANDOVER_WAIT_S)
         self._handovers.pop(request_id, None)
-        return _Submitted(future, self._read(future, deltas, stop))
+        return _Submitted(future, self._read(future, deltas, stop), held)
 
     def _read(
         self,
@@ -209,15 +212,15 @@ class VllmEngine:
         options: SamplingOptions,
         request_id: str,
         deltas: queue.SimpleQueue[Any],
+        held: list[Delta] | None,
     ) -> None:
         assert self._engine is not None
         completion_tokens = 0
         top = options.sampling.logprobs if options.sampling is not None else None
-        # An answer that goes out in one piece (batch work) is held here, on the
-        # engine's loop: its reader gets one empty delta at the first token (the end
-        # of its prefill, which the worker's scheduling waits for) and then the whole
-        # answer, not a wake-up per token.
-        held: list[Delta] | None = None if options.stream_tokens else []
+        # An answer that goes out in one piece (batch work; ``held`` is a list) is held
+        # here, on the engine's loop: its reader gets one empty delta at the first
+        # token (the end of its prefill, which the worker's scheduling waits for) and
+        # then the whole answer, not a wake-up per token.
         try:
             async for output in self._engine.generate(
                 {"prompt_token_ids": prompt_token_ids},
@@ -276,10 +279,22 @@ class _Submitted:
     (a generator never started would skip its ``finally`` on close)."""
 
     def __init__(
-        self, future: concurrent.futures.Future[None], deltas: Generator[Delta, None, None]
+        self,
+        future: concurrent.futures.Future[None],
+        deltas: Generator[Delta, None, None],
+        held: list[Delta] | None = None,
     ) -> None:
         self._future = future
         self._deltas = deltas
+        self._held = held
+
+    def held(self) -> Delta | None:
+        # The engine's loop appends while this thread reads: a copy of the list is
+        # each delta whole, the latest perhaps not yet among them.
+        parts = list(self._held or ())
+        if not parts or parts[-1].finished:
+            return None  # nothing held, or the whole answer was handed over
+        return merged_deltas(parts)
 
     def __iter__(self) -> Iterator[Delta]:
         return self

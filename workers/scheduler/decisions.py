@@ -62,8 +62,7 @@ class ReadQueues:
 
 @dataclass(frozen=True)
 class Requeue:
-    """Send the job back to its queue. ``spend_attempt``: the attempt counts toward its
-    dead-letter (something of it was published, so its next run resumes from that)."""
+    """Send the job back to its queue, on the same attempt (no step toward its
+    dead-letter)."""
 
     job_id: str
-    spend_attempt: bool

@@ -269,11 +269,11 @@ class Scheduler:
         """An interactive job finished; the engine's part of its first token."""
         self.recent_first_tokens.record(engine_first_token_s)
 
-    def gave_way(self, job_id: str, *, published: bool) -> Requeue:
+    def gave_way(self, job_id: str) -> Requeue:
         """A batch job halted to give way ended unfinished. Giving way is no failure: it
-        goes back to its queue on the same attempt, unless something of it was
-        published (then the attempt is spent and the next resumes from that text)."""
-        return Requeue(job_id, spend_attempt=published)
+        goes back to its queue on the same attempt, and its next run goes on from what
+        it published (``workers.job_runner``), not from the start."""
+        return Requeue(job_id)
 
     # What the scheduler knows.
 
