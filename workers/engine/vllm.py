@@ -475,14 +475,8 @@ def sampling_params(options: SamplingOptions) -> Any:
         top_p=options.top_p,
         stop=list(options.stop) or None,
         seed=options.seed,
-        presence_penalty=extras.presence_penalty,
-        frequency_penalty=extras.frequency_penalty,
-        repetition_penalty=extras.repetition_penalty,
-        top_k=extras.top_k,
-        min_p=extras.min_p,
-        min_tokens=extras.min_tokens,
-        logprobs=extras.logprobs,
-        logit_bias=extras.logit_bias,
+        # ``Sampling``'s other fields bear ``SamplingParams``' own names and meanings.
+        **extras.model_dump(exclude={"structured"}),
         structured_outputs=structured_outputs(extras.structured),
         # Deltas for batch work too: its first token frees its prefill place
         # (``workers.scheduler``); ``VllmEngine._pump`` holds its text.
