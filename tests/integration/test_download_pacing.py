@@ -100,3 +100,24 @@ def test_readers_that_never_read_are_served_from_one_paced_budget(
         read = len(pages)
     # Unpaced, each reader's socket buffers take the whole file: 8 x 20 pages.
     assert readers <= read <= 60, f"{read} pages read for {readers} readers that read nothing"
+
+
+def test_readers_arriving_together_read_no_page_before_the_budget_holds_it(
+    stored: tuple[Settings, str, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base, file_id, headers = stored
+    # One piece (64 KiB) a second for every download together, one piece ahead.
+    settings = base.model_copy(update={"download_bytes_per_s": 64 * 1024})
+    monkeypatch.setattr(batch_routes, "DOWNLOAD_BURST_BYTES", 64 * 1024)
+    readers = 8
+    with (
+        running_gateway(settings) as url,
+        pages_read() as pages,
+        stalled_readers(url, file_id, headers, readers),
+    ):
+        time.sleep(1.5)
+        read = len(pages)
+    # Had each reader read its first page before waiting for the budget, all 8 pages
+    # would be read at once; paced first, about a piece a second is (a piece is one
+    # or two pages).
+    assert 1 <= read <= 5, f"{read} pages read in 1.5 s at one piece a second"

@@ -22,7 +22,7 @@ from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 
 from producer.batches import store
-from producer.batches.content import file_content
+from producer.batches.content import CONTENT_PIECE_BYTES, file_content
 from producer.batches.lines import CHAT_ENDPOINT
 from producer.batches.runner import BatchRunner
 from producer.batches.views import batch_object, file_object
@@ -135,11 +135,21 @@ class BatchApi:
         return StreamingResponse(self._pieces(row), media_type="application/jsonl")
 
     async def _pieces(self, row: BatchFile) -> AsyncIterator[bytes]:
-        """The file's content; each page is read in the pool, none is held while sent,
-        and each piece waits for its bytes in the budget all downloads share."""
+        """The file's content; each page is read in the pool, none is held while sent.
+
+        A piece's bytes come from the budget all downloads share before its pages are
+        read (a piece's usual size first, the rest of a longer one after): a download
+        waiting for the budget reads nothing, so a crowd of readers arriving together
+        reads at the budget's pace rather than a page each at once.
+        """
         pieces = file_content(self._sessions, row)
-        while (piece := await self._run(partial(next, pieces, None))) is not None:
-            await self._downloads.take(len(piece))
+        while True:
+            await self._downloads.take(CONTENT_PIECE_BYTES)
+            piece = await self._run(partial(next, pieces, None))
+            if piece is None:
+                return
+            if len(piece) > CONTENT_PIECE_BYTES:
+                await self._downloads.take(len(piece) - CONTENT_PIECE_BYTES)
             yield piece
 
     async def create(self, body: CreateBatch, request: Request) -> JSONResponse:
