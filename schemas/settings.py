@@ -278,7 +278,7 @@ class Settings(BaseSettings):
         "are never the ones key checks and submits use",
     )
     download_bytes_per_s: int = Field(
-        default=8 * 1024 * 1024,
+        default=2 * 1024 * 1024,
         ge=64 * 1024,
         description="bytes a second that every file download of one gateway "
         "(/v1/files/{id}/content) sends together, at most, on average; downloads take "
