@@ -98,8 +98,9 @@ def test_readers_that_never_read_are_served_from_one_paced_budget(
     ):
         time.sleep(2.0)
         read = len(pages)
-    # Unpaced, each reader's socket buffers take the whole file: 8 x 20 pages.
-    assert readers <= read <= 60, f"{read} pages read for {readers} readers that read nothing"
+    # Unpaced, each reader's socket buffers take the whole file: 8 x 20 pages. Paced,
+    # about the budget's 9 pieces (a piece is one or two pages), fewer on a busy host.
+    assert 1 <= read <= 60, f"{read} pages read for {readers} readers that read nothing"
 
 
 def test_readers_arriving_together_read_no_page_before_the_budget_holds_it(
