@@ -14,6 +14,7 @@ from sqlalchemy import create_engine, func, select
 
 from producer.client import Client
 from producer.status import live_workers
+from schemas.events import AttemptEvent, TokenEvent
 from schemas.jobs import JobStatus
 from schemas.queues import Priority, Tier
 from schemas.settings import Settings
@@ -107,6 +108,45 @@ def test_an_interactive_job_starts_at_once_behind_a_batch_backlog(
             handle.cancel()
     wait_for(lambda: running_batch(e2e_settings) == 0)
     assert most_at_once(e2e_settings, [h.job_id for h in backlog]) <= shares.batch_max
+
+
+def test_a_batch_job_that_gives_way_goes_on_from_what_it_had_generated(
+    client: Client, e2e_settings: Settings, worker: str
+) -> None:
+    shares = slot_shares(e2e_settings.tier(Tier.SMALL), 8)  # the session worker's slots
+    story = {"role": "user", "content": "Tell a long story about a lighthouse keeper."}
+    backlog = [
+        client.submit({"messages": [story], "max_tokens": 96}, tier="small", priority="batch")
+        for _ in range(shares.batch_max)
+    ]
+    try:
+        wait_for(lambda: running_batch(e2e_settings) >= shares.batch_max)
+        time.sleep(1.0)  # every batch answer some tokens in, held in the engine
+        question = {"role": "user", "content": "Are you open today?"}
+        urgent = client.submit({"messages": [question], "max_tokens": 4}, tier="small")
+        assert urgent.result(timeout=120).text
+        # Past its reserved slot, a person makes the youngest batch job give way.
+        texts = {h.job_id: h.result(timeout=300).text for h in backlog}
+    finally:
+        for handle in backlog:
+            handle.cancel()
+    went_on = []
+    for job_id, text in texts.items():
+        events = list(client.events(job_id, timeout=10))
+        attempts = [e for e in events if isinstance(e, AttemptEvent)]
+        if not attempts:
+            continue
+        # What the engine held when the job gave way was published first; the next
+        # run took it over (the same attempt) and the answer goes on from it.
+        kept = "".join(
+            e.text for e in events if isinstance(e, TokenEvent) and e.seq < attempts[0].seq
+        )
+        assert kept and attempts[0].attempt == 1
+        assert attempts[0].resumed_chars == len(kept)
+        assert text.startswith(kept) and len(text) > len(kept)
+        assert job_row(e2e_settings.database_url, job_id).attempts == 1
+        went_on.append(job_id)
+    assert went_on, "no batch job gave way to the interactive request"
 
 
 def test_batch_keeps_working_beside_people_under_the_slo_share(

@@ -113,6 +113,10 @@ def test_penalties_make_an_answer_repeat_itself_less(sdk: openai.OpenAI) -> None
 
 
 def test_top_k_one_samples_the_greedy_answer_and_a_seed_repeats_one(sdk: openai.OpenAI) -> None:
+    # Both answers compared read the prompt from the prefix cache: in bfloat16, a prompt
+    # computed afresh can differ in the last bits from a cached one, enough to turn a
+    # near tie (this model's answer here has them) the other way.
+    answer(sdk)
     greedy, _, _ = answer(sdk)
     assert answer(sdk, temperature=1.5, extra_body={"top_k": 1})[0] == greedy
     first = answer(sdk, temperature=1.5, seed=11)[0]
