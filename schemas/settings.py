@@ -109,8 +109,8 @@ class TierConfig(BaseModel):
     batch_gives_way: bool = Field(
         default=True,
         description="when an interactive job arrives, or the SLO-steered share is cut, "
-        "batch jobs beyond batch's share stop and go back to their queue (their answers "
-        "are not streamed, so they start afresh unseen); off, they run to their end",
+        "batch jobs beyond batch's share stop and go back to their queue, keeping what "
+        "they generated (their next run goes on from it); off, they run to their end",
     )
     interactive_hold_s: float = Field(
         default=5.0,
