@@ -286,7 +286,7 @@ class Settings(BaseSettings):
         "each is read",
     )
     upload_bytes_per_s: int = Field(
-        default=4 * 1024 * 1024,
+        default=1024 * 1024,
         ge=64 * 1024,
         description="bytes a second that every file upload of one gateway (/v1/files) "
         "has its lines checked and stored at together, at most, on average (the first "
