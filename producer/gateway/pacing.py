@@ -19,6 +19,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from starlette.types import Message, Receive
+
 
 class BytePacer:
     """A shared budget of ``rate`` bytes a second, ``burst`` bytes of which may be
@@ -74,3 +76,21 @@ class BytePacer:
         wait = self.reserve(size)
         if wait > 0:
             time.sleep(wait)
+
+
+def paced_receive(receive: Receive, pacer: BytePacer) -> Receive:
+    """``receive`` (an ASGI request's), its body's bytes taken from ``pacer`` as they come.
+
+    An upload's multipart body is parsed on the event loop as it arrives; from a fast
+    client a large file arrives at once, and its parsing would hold the loop for that
+    long. Paced, the parsing is spread at the budget's rate between other requests.
+    """
+
+    async def receive_paced() -> Message:
+        message = await receive()
+        body = message.get("body", b"")
+        if body:
+            await pacer.take(len(body))
+        return message
+
+    return receive_paced

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 
 from producer.gateway.errors import GatewayError
-from producer.gateway.pacing import BytePacer
+from producer.gateway.pacing import BytePacer, paced_receive
 from producer.gateway.probe_pacing import ProbePacer
 
 
@@ -117,3 +118,28 @@ def test_threads_taking_from_one_budget_share_it() -> None:
         thread.join()
     # 100 kB at 100 kB/s, 10 kB of it at once: at least 0.9 s for the two together.
     assert time.monotonic() - started >= 0.85
+
+
+def test_an_upload_body_is_taken_from_its_budget_as_it_arrives() -> None:
+    taken: list[int] = []
+
+    class Recording(BytePacer):
+        async def take(self, size: int) -> None:
+            taken.append(size)
+
+    messages: list[dict[str, Any]] = [
+        {"type": "http.request", "body": b"a" * 10, "more_body": True},
+        {"type": "http.request", "body": b"", "more_body": True},
+        {"type": "http.request", "body": b"b" * 5, "more_body": False},
+    ]
+    sent = list(messages)
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0)
+
+    async def drain() -> list[Any]:
+        paced = paced_receive(receive, Recording(1000, burst=10))
+        return [await paced() for _ in range(3)]
+
+    assert asyncio.run(drain()) == sent  # every message, unchanged and in order
+    assert taken == [10, 5]  # each body's bytes, none for an empty one

@@ -28,7 +28,7 @@ from producer.batches.runner import BatchRunner
 from producer.batches.views import batch_object, file_object
 from producer.gateway.context import GatewayContext
 from producer.gateway.errors import BAD_REQUEST, GatewayError
-from producer.gateway.pacing import BytePacer
+from producer.gateway.pacing import BytePacer, paced_receive
 from schemas.tables import BatchFile
 
 FILES_PATH = "/v1/files"
@@ -66,6 +66,9 @@ class BatchApi:
         rate = gateway.settings.download_bytes_per_s
         self._downloads = downloads or BytePacer(rate, burst=DOWNLOAD_BURST_BYTES)
         self._uploads = BytePacer(gateway.settings.upload_bytes_per_s, burst=UPLOAD_BURST_BYTES)
+        self._upload_bodies = BytePacer(
+            gateway.settings.upload_bytes_per_s, burst=UPLOAD_BURST_BYTES
+        )
         self._pool = ThreadPoolExecutor(
             gateway.settings.batch_api_threads, thread_name_prefix="llmq-batch-api"
         )
@@ -90,6 +93,8 @@ class BatchApi:
 
     async def upload(self, request: Request) -> JSONResponse:
         owner = await self._owner(request)
+        # The body is read at the uploads' budget too: parsed as it comes, on the loop.
+        request = Request(request.scope, paced_receive(request.receive, self._upload_bodies))
         try:
             form = await request.form(max_files=1, max_fields=8)
         except HTTPException as exc:
