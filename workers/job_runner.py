@@ -339,14 +339,19 @@ def _keep_held(started: _Started, publisher: StreamPublisher, generation: Genera
     its next run goes on from that text (``_resumed_text``) instead of generating it
     again. A structured answer cannot go on from part of itself: its next run starts
     afresh."""
-    sampling = started.request.sampling
-    if started.deltas is None or (sampling is not None and sampling.structured is not None):
+    if started.deltas is None or _structured(started.request):
         return
     held = started.deltas.held()
     if held is None or not held.text:
         return
     generation.text_parts.append(held.text)
     publisher.token(held.text, held.logprobs)
+
+
+def _structured(request: GenerationRequest) -> bool:
+    """Whether the engine's grammar constrains the answer from its first token (a JSON
+    schema, a grammar): such an answer cannot go on from part of itself."""
+    return request.sampling is not None and request.sampling.structured is not None
 
 
 def _generate_choices(
@@ -378,7 +383,7 @@ def _start(
     batch job first waits where the worker's scheduler holds it (``workers.scheduler``)."""
     started_at = time.monotonic()
     request = parse_request(claimed.request)
-    if resumed_text and request.sampling is not None and request.sampling.structured is not None:
+    if resumed_text and _structured(request):
         # The engine's grammar constrains an answer from its first token: continued
         # after text already streamed, it would append a second structure to the first.
         raise LlmqError(
@@ -449,12 +454,7 @@ def _yielded(runtime: WorkerRuntime, claimed: ClaimedJob) -> None:
 
     _record(
         runtime,
-        lambda: requeue_job(
-            runtime.sessions,
-            job_id,
-            attempt=claimed.attempt,
-            spend_attempt=False,
-        ),
+        lambda: requeue_job(runtime.sessions, job_id, attempt=claimed.attempt),
         what=f"put job {job_id} back in its queue",
         then=after,
     )

@@ -151,12 +151,10 @@ def _claim(
     )
 
 
-def requeue_job(
-    sessions: sessionmaker[Session], job_id: str, *, attempt: int, spend_attempt: bool
-) -> bool:
-    """Put ``attempt`` of a running job back to queued; False if the job ended or moved
-    on meanwhile. Unless ``spend_attempt``, its next run is the same attempt again (it
-    gave way, nothing went wrong); spent, the next run resumes from what it streamed."""
+def requeue_job(sessions: sessionmaker[Session], job_id: str, *, attempt: int) -> bool:
+    """Put ``attempt`` of a running job that gave way back to queued, as the same
+    attempt (nothing went wrong: its next run is that attempt again); False if the job
+    ended or moved on meanwhile."""
     requeue = (
         update(Job)
         .where(
@@ -166,7 +164,7 @@ def requeue_job(
         )
         .values(
             status=JobStatus.QUEUED.value,
-            attempts=Job.attempts if spend_attempt else Job.attempts - 1,
+            attempts=Job.attempts - 1,
         )
         .returning(Job.id)
     )

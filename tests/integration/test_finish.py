@@ -20,7 +20,8 @@ from schemas.settings import Settings
 from tests.conftest import job_row
 from tests.integration.test_runner import ScriptedEngine, runtime_for
 from workers.job_runner import record_service_ms, run_job
-from workers.jobs import claim_job, finish_job, requeue_job
+from workers.jobs import claim_job, finish_job
+from workers.reaper import release_job, running_rows
 
 pytestmark = pytest.mark.integration
 
@@ -74,8 +75,9 @@ def test_an_attempt_that_lost_its_job_records_nothing(
     db_settings: Settings, sessions: sessionmaker[Session]
 ) -> None:
     job_id, first = running_job(db_settings, sessions)
-    # Taken for dead: the job is re-run as a second attempt.
-    assert requeue_job(sessions, job_id, attempt=first, spend_attempt=True)
+    # Taken for dead: the reaper releases it, and it is re-run as a second attempt.
+    (row,) = [row for row in running_rows(sessions) if row.id == job_id]
+    assert release_job(sessions, row, JobStatus.QUEUED)
     second = claim_job(sessions, job_id, "worker-2")
     assert second is not None and second.attempt == first + 1
     assert not finish(sessions, job_id, first, "stale")
