@@ -31,6 +31,8 @@ pytestmark = pytest.mark.integration
 
 LINES = 10_000
 """About 1.5 MB: 20 pages of the 500 rows one read takes."""
+READERS = 8
+"""Connections that ask for the file's content and never read it."""
 
 
 @pytest.fixture
@@ -83,41 +85,39 @@ def stalled_readers(url: str, file_id: str, headers: dict[str, str], count: int)
         yield
 
 
-def test_readers_that_never_read_are_served_from_one_paced_budget(
-    stored: tuple[Settings, str, dict[str, str]], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def pages_read_by_stalled_readers(
+    stored: tuple[Settings, str, dict[str, str]], *, rate: int, seconds: float
+) -> int:
+    """Pages of the file read while 8 readers that never read wait ``seconds``, every
+    download sharing ``rate`` bytes a second (a piece, 64 KiB, ahead)."""
     base, file_id, headers = stored
-    # 256 KiB a second for every download together: 2 s is about 6 pages of the file.
-    settings = base.model_copy(update={"download_bytes_per_s": 256 * 1024})
-    monkeypatch.setattr(batch_routes, "DOWNLOAD_BURST_BYTES", 64 * 1024)
-    readers = 8
+    settings = base.model_copy(update={"download_bytes_per_s": rate})
     with (
         running_gateway(settings) as url,
         pages_read() as pages,
-        stalled_readers(url, file_id, headers, readers),
+        stalled_readers(url, file_id, headers, READERS),
     ):
-        time.sleep(2.0)
-        read = len(pages)
+        time.sleep(seconds)
+        return len(pages)
+
+
+def test_readers_that_never_read_are_served_from_one_paced_budget(
+    stored: tuple[Settings, str, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(batch_routes, "DOWNLOAD_BURST_BYTES", 64 * 1024)
+    # 256 KiB a second for every download together: 2 s is about 6 pages of the file.
+    read = pages_read_by_stalled_readers(stored, rate=256 * 1024, seconds=2.0)
     # Unpaced, each reader's socket buffers take the whole file: 8 x 20 pages. Paced,
     # about the budget's 9 pieces (a piece is one or two pages), fewer on a busy host.
-    assert 1 <= read <= 60, f"{read} pages read for {readers} readers that read nothing"
+    assert 1 <= read <= 60, f"{read} pages read for {READERS} readers that read nothing"
 
 
 def test_readers_arriving_together_read_no_page_before_the_budget_holds_it(
     stored: tuple[Settings, str, dict[str, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    base, file_id, headers = stored
-    # One piece (64 KiB) a second for every download together, one piece ahead.
-    settings = base.model_copy(update={"download_bytes_per_s": 64 * 1024})
     monkeypatch.setattr(batch_routes, "DOWNLOAD_BURST_BYTES", 64 * 1024)
-    readers = 8
-    with (
-        running_gateway(settings) as url,
-        pages_read() as pages,
-        stalled_readers(url, file_id, headers, readers),
-    ):
-        time.sleep(1.5)
-        read = len(pages)
+    # One piece (64 KiB) a second for every download together, one piece ahead.
+    read = pages_read_by_stalled_readers(stored, rate=64 * 1024, seconds=1.5)
     # Had each reader read its first page before waiting for the budget, all 8 pages
     # would be read at once; paced first, about a piece a second is (a piece is one
     # or two pages).
