@@ -294,10 +294,15 @@ def replay_side(
             run.restart_error = f"{type(exc).__name__}: {exc}"[:300]
 
     replay = Replay(sdk, side.target, events)
-    cpu_before = side.cpu_seconds()
+    cpu_before = side.cpu_seconds_by_process()
     replay.run(plan.duration_s, at=restart if with_restart else None, on_cut=side.cut_batch)
     # Read before the side stops (a restart's killed engine is not counted).
-    run.cpu_s = max(0.0, side.cpu_seconds() - cpu_before)
+    cpu_after = side.cpu_seconds_by_process()
+    run.cpu_s_by_process = {
+        name: round(max(0.0, seconds - cpu_before.get(name, 0.0)), 1)
+        for name, seconds in cpu_after.items()
+    }
+    run.cpu_s = sum(run.cpu_s_by_process.values())
     run.outcomes = replay.outcomes
     return run
 

@@ -10,7 +10,7 @@ import os
 import platform
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,8 @@ class SideRun:
     restart_error: str | None = None
     cpu_s: float = 0.0
     """CPU-seconds of the side's serving processes during the replay."""
+    cpu_s_by_process: dict[str, float] = field(default_factory=dict)
+    """:attr:`cpu_s` by process name."""
 
 
 def score_quality(
@@ -179,6 +181,11 @@ def _side_details(
     cpu_s = sum(run.cpu_s for run in side_runs)
     details[f"{name}_cpu_s"] = round(cpu_s, 1)
     details[f"{name}_cpu_ms_per_token"] = round(1000.0 * cpu_s / tokens, 2) if tokens else None
+    by_process: dict[str, float] = {}
+    for run in side_runs:
+        for process, seconds in run.cpu_s_by_process.items():
+            by_process[process] = round(by_process.get(process, 0.0) + seconds, 1)
+    details[f"{name}_cpu_s_by_process"] = by_process
     quality, scored, why = score_quality(events, outcomes)
     details[f"{name}_quality"] = quality
     details[f"{name}_quality_cases_scored"] = scored

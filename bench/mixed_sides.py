@@ -4,6 +4,7 @@ and the llmq stack, each started, measured and stopped one at a time."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import subprocess
@@ -42,7 +43,11 @@ class Side:
 
     def cpu_seconds(self) -> float:
         """CPU-seconds the side's serving processes and their children used so far."""
-        return process_cpu_seconds(self.pids())
+        return sum(self.cpu_seconds_by_process().values())
+
+    def cpu_seconds_by_process(self) -> dict[str, float]:
+        """:meth:`cpu_seconds`, by process name (processes of one name are summed)."""
+        return process_cpu_seconds_by_name(self.pids())
 
     def start(self) -> None:
         """Start the server; returns once it serves."""
@@ -310,17 +315,32 @@ def _prompt_texts(registry: PromptRegistry) -> dict[str, str]:
     return {ref: registry.resolve(ref).text for ref in (SUPPORT_PROMPT, SUMMARY_PROMPT)}
 
 
-def process_cpu_seconds(pids: list[int]) -> float:
-    """User and system CPU-seconds of ``pids`` and their living children (a process that
-    ended is left out: read this before stopping anything)."""
+def process_cpu_seconds_by_name(pids: list[int]) -> dict[str, float]:
+    """User and system CPU-seconds of ``pids`` and their living children, by process
+    name (a process that ended is left out: read this before stopping anything)."""
     import psutil
 
-    total = 0.0
+    by_name: dict[str, float] = {}
     for pid in pids:
         with contextlib.suppress(psutil.Error):
             root = psutil.Process(pid)
             for process in [root, *root.children(recursive=True)]:
                 with contextlib.suppress(psutil.Error):
                     times = process.cpu_times()
-                    total += times.user + times.system
-    return total
+                    name = _process_label(process)
+                    by_name[name] = by_name.get(name, 0.0) + times.user + times.system
+    return by_name
+
+
+def _process_label(process: Any) -> str:
+    """A short name for a serving process: its title (vLLM names its engine process)
+    or, for a Python process, the module or program it runs."""
+    name = str(process.name())
+    if not name.startswith("python"):
+        return name
+    arguments = process.cmdline()
+    for flag, value in itertools.pairwise(arguments):
+        if flag == "-m":
+            return value
+    programs = [Path(argument).name for argument in arguments[1:2]]
+    return programs[0] if programs else name
