@@ -341,6 +341,6 @@ def _process_label(process: Any) -> str:
     arguments = process.cmdline()
     for flag, value in itertools.pairwise(arguments):
         if flag == "-m":
-            return value
+            return str(value)
     programs = [Path(argument).name for argument in arguments[1:2]]
     return programs[0] if programs else name
