@@ -30,6 +30,7 @@ from schemas.errors import ConfigError
 from schemas.percentiles import median
 from schemas.queues import Tier
 from schemas.settings import Settings
+from workers.engine.base import EngineRequest
 from workers.engine.vllm import VllmEngine
 
 LEVELS = (1, 2, 4, 8, 16)
@@ -146,7 +147,8 @@ def _direct_tok_s(
         for wave in range(waves):
             request_id = f"b-{tag}-{slot}-{wave}"
             tokens = 0
-            for delta in engine.stream(prompt, direct_options(max_tokens), request_id):
+            request = EngineRequest(prompt, direct_options(max_tokens), request_id)
+            for delta in engine.stream(request):
                 tokens = delta.completion_tokens
             counts[slot] += tokens
 

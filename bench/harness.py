@@ -24,7 +24,7 @@ from schemas.progress import ProgressBar
 from schemas.queues import Tier
 from schemas.settings import Settings
 from workers.cpu_pinning import kept_off_compute_cores
-from workers.engine.base import SamplingOptions
+from workers.engine.base import EngineRequest, SamplingOptions
 from workers.engine.vllm import VllmEngine
 from workers.models import resolve_model
 from workers.supervise import start_worker_process, stop_process, wait_until_warm
@@ -282,7 +282,7 @@ def engine_ttft_ms(
     prompt = engine.render_chat(messages or [{"role": "user", "content": BENCH_PROMPT}])
     ttft: float | None = None
     # Run each request to its end, as the queued path does, so both start idle.
-    for delta in engine.stream(prompt, direct_options(max_tokens), request_id):
+    for delta in engine.stream(EngineRequest(prompt, direct_options(max_tokens), request_id)):
         if delta.text and ttft is None:
             ttft = (time.perf_counter() - started) * 1000.0
     if ttft is None:
@@ -358,7 +358,7 @@ def direct_timing(engine: VllmEngine, request_id: str, max_tokens: int) -> Strea
     clock = StreamClock()
     prompt = engine.render_chat([{"role": "user", "content": BENCH_PROMPT}])
     tokens = 0
-    for delta in engine.stream(prompt, direct_options(max_tokens), request_id):
+    for delta in engine.stream(EngineRequest(prompt, direct_options(max_tokens), request_id)):
         if delta.text:
             clock.text()
         tokens = delta.completion_tokens

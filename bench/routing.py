@@ -48,7 +48,7 @@ from producer.router.policy import TIER_ORDER, PolicyConfig, apply_policy
 from schemas.percentiles import median
 from schemas.queues import Tier
 from schemas.settings import Settings
-from workers.engine.base import SamplingOptions
+from workers.engine.base import EngineRequest, SamplingOptions
 from workers.engine.vllm import VllmEngine
 from workers.models import resolve_model
 
@@ -119,7 +119,7 @@ def measure_local_profile(settings: Settings) -> dict[str, Any]:
             first = last = None
             tokens = 0
             options = SamplingOptions(max_tokens=48, temperature=0.0)
-            for delta in engine.stream(prompt, options, f"profile-{index}"):
+            for delta in engine.stream(EngineRequest(prompt, options, f"profile-{index}")):
                 now = time.perf_counter()
                 first = first or now
                 last, tokens = now, delta.completion_tokens

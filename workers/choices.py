@@ -19,7 +19,7 @@ from schemas.errors import LlmqError
 from schemas.events import ChoiceOutput
 from schemas.queues import Priority
 from schemas.requests import GenerationRequest
-from workers.engine.base import Delta, DeltaStream, SamplingOptions
+from workers.engine.base import Delta, DeltaStream, EngineRequest, SamplingOptions
 from workers.job_input import check_context, prompt_ids, sampling_options
 from workers.jobs import ClaimedJob
 from workers.publisher import StreamPublisher
@@ -138,7 +138,7 @@ class _ChoiceRun:
                 for index, (prompt, options) in plans.items():
                     request_id = f"{self.claimed.id}-{self.claimed.attempt}-c{index}"
                     deltas = self.runtime.engine.stream(
-                        prompt, options, request_id, stop=stops[index]
+                        EngineRequest(prompt, options, request_id), stop=stops[index]
                     )
                     reader = threading.Thread(
                         target=_read, args=(index, deltas, merged), daemon=True

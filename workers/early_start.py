@@ -17,6 +17,7 @@ import time
 
 from schemas.errors import LlmqError
 from schemas.queues import Priority
+from workers.engine.base import EngineRequest
 from workers.job_input import check_context, parse_request, prompt_ids, sampling_options
 from workers.received_starts import EarlyStart, JobHint
 from workers.running_jobs import RunningJob
@@ -48,9 +49,11 @@ def start_early(runtime: WorkerRuntime, job_id: str, hint: JobHint | None) -> Ea
     )
     with handing_over(ticket):
         deltas = runtime.engine.stream(
-            prompt,
-            sampling_options(request, hint.priority),
-            f"{job_id}-early{next(_EARLY_IDS)}",
+            EngineRequest(
+                prompt,
+                sampling_options(request, hint.priority),
+                f"{job_id}-early{next(_EARLY_IDS)}",
+            ),
             stop=running.stop,
         )
     return EarlyStart(hint, request, prompt, running, deltas, started_at, ticket)

@@ -22,7 +22,7 @@ from schemas.requests import GenerationRequest
 from workers.choices import generate_choices
 from workers.conversations import in_conversation
 from workers.early_start import start_early
-from workers.engine.base import DeltaStream
+from workers.engine.base import DeltaStream, EngineRequest
 from workers.job_input import check_context, parse_request, prompt_ids, sampling_options
 from workers.jobs import (
     ClaimedJob,
@@ -405,9 +405,11 @@ def _start(
         started_at += time.monotonic() - waited_from
     with handing_over(ticket):
         deltas = runtime.engine.stream(
-            prompt + resumed_ids,
-            sampling_options(request, claimed.priority, done_tokens=len(resumed_ids)),
-            f"{claimed.id}-{claimed.attempt}",
+            EngineRequest(
+                prompt + resumed_ids,
+                sampling_options(request, claimed.priority, done_tokens=len(resumed_ids)),
+                f"{claimed.id}-{claimed.attempt}",
+            ),
             stop=running.stop,
         )
     return _Started(request, prompt, deltas, started_at, len(resumed_ids), ticket)

@@ -17,7 +17,7 @@ from schemas.prompt_registry import PromptCatalog, SystemPrompt
 from schemas.queues import Tier
 from schemas.timeouts import DEFAULT_TIMEOUTS
 from workers.background import BackgroundLoop
-from workers.engine.base import BACKGROUND_PRIORITY, Engine, SamplingOptions
+from workers.engine.base import BACKGROUND_PRIORITY, Engine, EngineRequest, SamplingOptions
 from workers.jobs import claim_job
 from workers.prefix import PrefixCacheStats
 from workers.registry import EngineTiming
@@ -92,7 +92,7 @@ def _time_one(engine: Engine, request_id: str, clock: Callable[[], float]) -> En
     started = clock()
     first: tuple[float, int] | None = None
     last = (started, 0)
-    for delta in engine.stream(prompt, options, request_id):
+    for delta in engine.stream(EngineRequest(prompt, options, request_id)):
         last = (clock(), delta.completion_tokens)
         first = first or last
     if first is None or last[1] <= first[1]:
@@ -142,7 +142,7 @@ def _generate(engine: Engine, messages: list[dict[str, str]], request_id: str, t
     prompt = engine.render_chat(messages)
     # Prefills run beside live work once the worker serves: never ahead of a person.
     options = SamplingOptions(max_tokens=tokens, temperature=0.0, priority=BACKGROUND_PRIORITY)
-    for _ in engine.stream(prompt, options, request_id):
+    for _ in engine.stream(EngineRequest(prompt, options, request_id)):
         pass
 
 

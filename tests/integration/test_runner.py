@@ -25,7 +25,13 @@ from schemas.prompt_registry import PromptCatalog
 from schemas.queues import Tier, event_log_key
 from schemas.settings import Settings
 from workers.append_combiner import AppendCombiner
-from workers.engine.base import BACKGROUND_PRIORITY, INTERACTIVE_PRIORITY, Delta, SamplingOptions
+from workers.engine.base import (
+    BACKGROUND_PRIORITY,
+    INTERACTIVE_PRIORITY,
+    Delta,
+    EngineRequest,
+    SamplingOptions,
+)
 from workers.engine.vllm import merged_deltas
 from workers.job_runner import run_job
 from workers.scheduler import Scheduler, SlotShares
@@ -111,19 +117,15 @@ class ScriptedEngine:
         return [2] * len(text.split())
 
     def stream(
-        self,
-        prompt_token_ids: list[int],
-        options: SamplingOptions,
-        request_id: str,
-        *,
-        stop: threading.Event | None = None,
+        self, request: EngineRequest, *, stop: threading.Event | None = None
     ) -> ScriptedStream:
         """Takes the request when called, as the real engine does; what it yields comes
         from ``deltas``, which a test's own scripted engine overrides."""
+        options = request.options
         self.seen.append(options)
-        self.prompts.append(prompt_token_ids)
+        self.prompts.append(request.prompt_token_ids)
         hold = self.hold_batch and not options.stream_tokens
-        return ScriptedStream(self.deltas(options, request_id, stop), hold=hold)
+        return ScriptedStream(self.deltas(options, request.request_id, stop), hold=hold)
 
     def deltas(
         self, options: SamplingOptions, request_id: str, stop: threading.Event | None

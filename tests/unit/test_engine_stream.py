@@ -14,7 +14,7 @@ import pytest
 
 from schemas.settings import TierConfig
 from workers.engine import vllm as vllm_engine
-from workers.engine.base import Delta, SamplingOptions
+from workers.engine.base import Delta, EngineRequest, SamplingOptions
 from workers.engine.vllm import VllmEngine, _coalesce, cpu_dtype, engine_arguments
 
 
@@ -105,7 +105,7 @@ def test_stream_returns_once_the_engine_holds_the_request(
     vllm_engine.sampling_params(SamplingOptions(max_tokens=1))
     try:
         started = time.monotonic()
-        deltas = engine.stream([1, 2], SamplingOptions(max_tokens=1), "job-1")
+        deltas = engine.stream(EngineRequest([1, 2], SamplingOptions(max_tokens=1), "job-1"))
         # The caller's next work (the claim) starts only now: the engine has it, and
         # stream did not wait longer than that.
         assert fake.held == ["job-1"]
@@ -188,7 +188,7 @@ def test_an_answer_that_goes_out_in_one_piece_still_marks_its_first_token(
     engine._thread.start()
     try:
         options = SamplingOptions(max_tokens=3, stream_tokens=stream_tokens)
-        stream = engine.stream([1, 2], options, "job-1")
+        stream = engine.stream(EngineRequest([1, 2], options, "job-1"))
         seen = [(item.text, item.completion_tokens, item.finished) for item in stream]
         assert seen == expected
     finally:

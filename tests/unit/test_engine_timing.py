@@ -6,7 +6,7 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from workers.engine.base import Delta, SamplingOptions
+from workers.engine.base import Delta, EngineRequest
 from workers.registry import EngineTiming
 from workers.warmup import time_engine
 
@@ -21,9 +21,7 @@ class ScriptedEngine:
     def render_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
         return [1, 2, 3]
 
-    def stream(
-        self, prompt: list[int], options: SamplingOptions, request_id: str
-    ) -> Iterator[Delta]:
+    def stream(self, request: EngineRequest) -> Iterator[Delta]:
         started = self._clock[0]
         last_tokens = self._deltas[-1][1]
         for at, tokens in self._deltas:

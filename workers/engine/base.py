@@ -51,6 +51,16 @@ class Delta:
     """The new tokens' log probabilities, where the request asked for them."""
 
 
+@dataclass(frozen=True)
+class EngineRequest:
+    """One generation to run: the prompt's token ids, how to sample them, and the id
+    the engine knows the request by (unique among those in flight)."""
+
+    prompt_token_ids: list[int]
+    options: SamplingOptions
+    request_id: str
+
+
 class DeltaStream(Protocol):
     """One request's deltas, in order; ``close`` aborts the request in the engine."""
 
@@ -99,15 +109,8 @@ class Engine(Protocol):
         """Token ids of plain ``text`` (no chat format, no special tokens)."""
         ...
 
-    def stream(
-        self,
-        prompt_token_ids: list[int],
-        options: SamplingOptions,
-        request_id: str,
-        *,
-        stop: threading.Event | None = None,
-    ) -> DeltaStream:
-        """Generate for one request, yielding deltas until the last has ``finished``.
+    def stream(self, request: EngineRequest, *, stop: threading.Event | None = None) -> DeltaStream:
+        """Generate for ``request``, yielding deltas until the last has ``finished``.
 
         The request is submitted when ``stream`` is called, before the first ``next``.
 

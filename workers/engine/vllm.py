@@ -24,7 +24,7 @@ from schemas.events import TokenLogprob, TopLogprob
 from schemas.sampling import Sampling, StructuredOutput
 from schemas.settings import TierConfig
 from schemas.timeouts import DEFAULT_TIMEOUTS
-from workers.engine.base import Delta, DeltaStream, SamplingOptions
+from workers.engine.base import Delta, DeltaStream, EngineRequest, SamplingOptions
 
 if TYPE_CHECKING:
     from vllm.v1.engine.async_llm import AsyncLLM
@@ -148,31 +148,22 @@ class VllmEngine:
         with self._tokenizer_lock:
             return list(self._tokenizer.encode(text, add_special_tokens=False))
 
-    def stream(
-        self,
-        prompt_token_ids: list[int],
-        options: SamplingOptions,
-        request_id: str,
-        *,
-        stop: threading.Event | None = None,
-    ) -> DeltaStream:
+    def stream(self, request: EngineRequest, *, stop: threading.Event | None = None) -> DeltaStream:
         if self._engine is None or self._closed:
             raise EngineError("the engine is not running")
         deltas: queue.SimpleQueue[Any] = queue.SimpleQueue()
         # An answer that goes out in one piece is held on the engine's loop; the
         # reader may take what it holds after a stop (``_Submitted.held``).
-        held: list[Delta] | None = None if options.stream_tokens else []
-        handover = self._handovers[request_id] = threading.Event()
+        held: list[Delta] | None = None if request.options.stream_tokens else []
+        handover = self._handovers[request.request_id] = threading.Event()
         # Submitted now, not at the first ``next``: a caller may start the request and
         # do other work (the job's claim) while the engine computes the first token.
-        future = asyncio.run_coroutine_threadsafe(
-            self._pump(prompt_token_ids, options, request_id, deltas, held), self._loop
-        )
+        future = asyncio.run_coroutine_threadsafe(self._pump(request, deltas, held), self._loop)
         # But only once the engine has it: the hand-over is Python on the engine's loop
         # thread, and the caller's next work (a claim's SQL) would take the GIL from it
         # and delay the first token (docs/architecture.md, "The claim").
         handover.wait(HANDOVER_WAIT_S)
-        self._handovers.pop(request_id, None)
+        self._handovers.pop(request.request_id, None)
         return _Submitted(future, self._read(future, deltas, stop), held)
 
     def _read(
@@ -207,15 +198,11 @@ class VllmEngine:
                 future.cancel()
 
     async def _pump(
-        self,
-        prompt_token_ids: list[int],
-        options: SamplingOptions,
-        request_id: str,
-        deltas: queue.SimpleQueue[Any],
-        held: list[Delta] | None,
+        self, request: EngineRequest, deltas: queue.SimpleQueue[Any], held: list[Delta] | None
     ) -> None:
         assert self._engine is not None
         completion_tokens = 0
+        options = request.options
         top = options.sampling.logprobs if options.sampling is not None else None
         # An answer that goes out in one piece (batch work; ``held`` is a list) is held
         # here, on the engine's loop: its reader gets one empty delta at the first
@@ -223,9 +210,9 @@ class VllmEngine:
         # then the whole answer, not a wake-up per token.
         try:
             async for output in self._engine.generate(
-                {"prompt_token_ids": prompt_token_ids},
+                {"prompt_token_ids": request.prompt_token_ids},
                 sampling_params(options),
-                request_id,
+                request.request_id,
                 priority=options.priority,
             ):
                 completion = output.outputs[0]
