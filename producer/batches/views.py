@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from producer.gateway.protocol.chat import completion
+from producer.gateway.protocol.common import JobAnswer
 from producer.gateway.protocol.embeddings import embeddings_list
 from producer.gateway.protocol.text_completions import text_completion
 from schemas.embeddings import unpack_base64, unpack_vectors
@@ -92,10 +93,11 @@ def output_line(job: Job) -> str:
     else:
         top, tokens = _kept_logprobs(job, common)
         if request.get("raw_prompt"):
-            body = text_completion(**common, logprobs=top, tokens=tokens)
+            body = text_completion(JobAnswer(**common), logprobs=top, tokens=tokens)
         else:
             logprobs = tokens if top is not None else None
-            body = completion(**common, tool_use=stored_tool_use(request), logprobs=logprobs)
+            answer = JobAnswer(**common)
+            body = completion(answer, tool_use=stored_tool_use(request), logprobs=logprobs)
         body["created"] = epoch(job.finished_at) or body["created"]
     line = {
         "id": f"batch_req_{job.id}",

@@ -16,6 +16,7 @@ from producer.batches.views import output_line
 from producer.gateway.metrics import GatewayMetrics
 from producer.gateway.protocol import chat as oai
 from producer.gateway.protocol.chat import ChatCompletionRequest
+from producer.gateway.protocol.common import JobAnswer
 from producer.gateway.protocol.text_completions import CompletionRequest, text_completion
 from producer.gateway.serving.chat import chat_choice_events
 from producer.gateway.serving.common import StreamRead
@@ -75,8 +76,8 @@ def test_events_of_one_choice_are_what_they_were() -> None:
     assert parse_event(second.model_dump_json()) == second
 
 
-def test_a_chat_answer_has_one_choice_each() -> None:
-    body = oai.completion(
+def _answer(choices: list[ChoiceOutput]) -> JobAnswer:
+    return JobAnswer(
         job_id="j",
         model="small",
         text="ab",
@@ -84,12 +85,16 @@ def test_a_chat_answer_has_one_choice_each() -> None:
         usage=USAGE,
         timings=TIMINGS,
         tier="small",
-        logprobs=[],
-        choices=[
-            CHOICES[0].model_copy(update={"logprobs": [TokenLogprob(token="ab", logprob=-1)]}),
-            CHOICES[1],
-        ],
+        choices=choices,
     )
+
+
+def test_a_chat_answer_has_one_choice_each() -> None:
+    choices = [
+        CHOICES[0].model_copy(update={"logprobs": [TokenLogprob(token="ab", logprob=-1)]}),
+        CHOICES[1],
+    ]
+    body = oai.completion(_answer(choices), logprobs=[])
     assert [(c["index"], c["message"]["content"], c["finish_reason"]) for c in body["choices"]] == [
         (0, "ab", "stop"),
         (1, "cd", "length"),
@@ -99,16 +104,7 @@ def test_a_chat_answer_has_one_choice_each() -> None:
 
 
 def test_a_text_completion_has_one_choice_each() -> None:
-    body = text_completion(
-        job_id="j",
-        model="small",
-        text="ab",
-        finish_reason="stop",
-        usage=USAGE,
-        timings=TIMINGS,
-        tier="small",
-        choices=CHOICES,
-    )
+    body = text_completion(_answer(CHOICES))
     assert [(c["index"], c["text"], c["logprobs"]) for c in body["choices"]] == [
         (0, "ab", None),
         (1, "cd", None),

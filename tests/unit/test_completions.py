@@ -14,6 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from producer.gateway.metrics import GatewayMetrics
+from producer.gateway.protocol.common import JobAnswer
 from producer.gateway.protocol.text_completions import (
     DEFAULT_MAX_TOKENS,
     CompletionRequest,
@@ -203,7 +204,7 @@ def test_legacy_logprobs_are_parallel_lists_with_offsets() -> None:
 
 def test_a_text_completion_and_its_chunks_have_openais_shape() -> None:
     usage = Usage(prompt_tokens=4, completion_tokens=2)
-    body = text_completion(
+    answer = JobAnswer(
         job_id="j1",
         model="small",
         text=" Paris.",
@@ -212,6 +213,7 @@ def test_a_text_completion_and_its_chunks_have_openais_shape() -> None:
         timings=Timings(queue_wait_ms=1, total_ms=2),
         tier="small",
     )
+    body = text_completion(answer)
     assert body["id"] == "cmpl-j1" and body["object"] == "text_completion"
     assert body["choices"] == [
         {"index": 0, "text": " Paris.", "logprobs": None, "finish_reason": "length"}

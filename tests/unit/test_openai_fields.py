@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from producer.batches.lines import LineInvalid, parse_line
 from producer.gateway.protocol import chat as oai
 from producer.gateway.protocol.chat import UNSERVED_FIELDS, ChatCompletionRequest
+from producer.gateway.protocol.common import JobAnswer
 from producer.submission import parse_request, request_hash
 from schemas.errors import InvalidRequest
 from schemas.events import Timings, TokenEvent, TokenLogprob, TopLogprob, Usage, parse_event
@@ -457,9 +458,9 @@ def test_openai_choices_carry_logprobs_only_when_asked() -> None:
         "timings": timings,
         "tier": "small",
     }
-    assert oai.completion(**fields)["choices"][0]["logprobs"] is None
+    assert oai.completion(JobAnswer(**fields))["choices"][0]["logprobs"] is None
     token = TokenLogprob(token="hi", logprob=-0.5, bytes=[104, 105])
-    block = oai.completion(**fields, logprobs=[token])["choices"][0]["logprobs"]
+    block = oai.completion(JobAnswer(**fields), logprobs=[token])["choices"][0]["logprobs"]
     assert block == {
         "content": [{"token": "hi", "logprob": -0.5, "bytes": [104, 105], "top_logprobs": []}],
         "refusal": None,

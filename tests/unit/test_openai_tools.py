@@ -16,6 +16,7 @@ from producer.batches.lines import parse_line
 from producer.batches.views import output_line
 from producer.gateway.protocol import chat as oai
 from producer.gateway.protocol.chat import ChatCompletionRequest
+from producer.gateway.protocol.common import JobAnswer
 from producer.gateway.serving.chat import ToolStream
 from schemas.events import Timings, Usage
 from schemas.requests import GenerationRequest
@@ -331,7 +332,7 @@ def test_a_completion_with_calls_has_tool_calls_null_content_and_finishes_with_t
 
 
 def completion(*, text: str, tool_use: ToolUse, finish_reason: str = "stop") -> dict[str, Any]:
-    return oai.completion(
+    answer = JobAnswer(
         job_id="j",
         model="auto",
         text=text,
@@ -339,8 +340,8 @@ def completion(*, text: str, tool_use: ToolUse, finish_reason: str = "stop") -> 
         usage=Usage(prompt_tokens=1, completion_tokens=1),
         timings=Timings(queue_wait_ms=0.0, ttft_ms=1.0, total_ms=1.0),
         tier="small",
-        tool_use=tool_use,
     )
+    return oai.completion(answer, tool_use=tool_use)
 
 
 # Streamed ----------------------------------------------------------------------------

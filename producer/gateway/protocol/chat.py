@@ -20,18 +20,15 @@ from pydantic_core import PydanticCustomError
 
 from producer.gateway.protocol.chat_messages import check_message, llmq_message
 from producer.gateway.protocol.common import (
+    JobAnswer,
     OpenAiGenerationRequest,
-    ResponseFormat,
-    StreamOptions,
-    VllmStructuredOutputs,
     asks_for_nothing,
     sampling_fields,
     stream_chunk,
     whole_answer,
 )
 from schemas.errors import InvalidRequest
-from schemas.events import ChoiceOutput, Timings, TokenLogprob, Usage
-from schemas.requests import MAX_CHOICES
+from schemas.events import TokenLogprob, Usage
 from schemas.sampling import MAX_TOP_LOGPROBS
 from schemas.tools import MAX_TOOLS, NamedToolChoice, ToolCall, ToolSpec, ToolUse
 
@@ -63,34 +60,12 @@ class ChatCompletionRequest(OpenAiGenerationRequest):
     does not serve (``UNSERVED_FIELDS``); a field nobody defines is refused by name too.
     """
 
-    model: str
     messages: list[dict[str, Any]] = Field(min_length=1)
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    max_tokens: int | None = None
     max_completion_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    stop: str | list[str] | None = None
-    seed: int | None = None
-    n: int = Field(default=1, ge=1, le=MAX_CHOICES, description="choices, each its own request")
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    response_format: ResponseFormat | None = None
     logprobs: bool | None = None
-    logit_bias: dict[str, float] | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
-    user: str | None = None
     safety_identifier: str | None = None
-    metadata: dict[str, Any] | None = None
-    # vLLM's sampling extras, sent by SDKs through extra_body.
-    top_k: int | None = None
-    min_p: float | None = None
-    repetition_penalty: float | None = None
-    min_tokens: int | None = None
-    structured_outputs: VllmStructuredOutputs | None = None
     # llmq extensions, sent by SDKs through extra_body.
-    priority: Literal["interactive", "batch"] | None = None
     system_prompt: str | None = None
     conversation_id: str | None = None
     # Accepted, without effect (IGNORED_FIELDS).
@@ -223,22 +198,17 @@ def completion_id(job_id: str) -> str:
 
 
 def completion(
+    answer: JobAnswer,
     *,
-    job_id: str,
-    model: str,
-    text: str,
-    finish_reason: str | None,
-    usage: Usage,
-    timings: Timings,
-    tier: str,
     logprobs: list[TokenLogprob] | None = None,
     tool_use: ToolUse | None = None,
-    choices: Sequence[ChoiceOutput] | None = None,
 ) -> dict[str, Any]:
     """A ``chat.completion`` object; ``logprobs`` for a request that asked for them;
     with ``tool_use``, the calls the answer makes as the message's ``tool_calls``; with
-    ``choices`` (a request for several), one choice each."""
-    message, finish_reason = answer_message(job_id, text, finish_reason, tool_use)
+    the answer's ``choices`` (a request for several), one choice each."""
+    message, finish_reason = answer_message(
+        answer.job_id, answer.text, answer.finish_reason, tool_use
+    )
     answers = [
         {
             "index": 0,
@@ -247,7 +217,7 @@ def completion(
             "finish_reason": finish_reason,
         }
     ]
-    if choices is not None:
+    if answer.choices is not None:
         answers = [
             {
                 "index": choice.index,
@@ -257,18 +227,9 @@ def completion(
                 ),
                 "finish_reason": choice.finish_reason or "stop",
             }
-            for choice in choices
+            for choice in answer.choices
         ]
-    return whole_answer(
-        "chat.completion",
-        completion_id(job_id),
-        model,
-        answers,
-        job_id=job_id,
-        usage=usage,
-        timings=timings,
-        tier=tier,
-    )
+    return whole_answer("chat.completion", completion_id(answer.job_id), answer, answers)
 
 
 def answer_message(

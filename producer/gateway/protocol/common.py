@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Literal, Protocol, Self, cast
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from schemas.events import Timings, Usage
+from schemas.events import ChoiceOutput, Timings, Usage
+from schemas.requests import MAX_CHOICES
 
 
 class StreamOptions(BaseModel):
@@ -97,21 +100,7 @@ class VllmStructuredOutputs(BaseModel):
         return {"kind": "regex", "regex": self.regex}
 
 
-class SamplingFields(Protocol):
-    """What a chat or text completion request says of sampling, by OpenAI's names."""
-
-    presence_penalty: float | None
-    frequency_penalty: float | None
-    repetition_penalty: float | None
-    top_k: int | None
-    min_p: float | None
-    min_tokens: int | None
-    logit_bias: dict[str, float] | None
-    structured_outputs: VllmStructuredOutputs | None
-    response_format: ResponseFormat | None
-
-
-def sampling_fields(request: SamplingFields, *, logprobs: int | None) -> dict[str, Any]:
+def sampling_fields(request: OpenAiGenerationRequest, *, logprobs: int | None) -> dict[str, Any]:
     """``schemas.sampling.Sampling`` fields, those the caller set; ``logprobs`` is the
     number of top log probabilities asked for (None: none)."""
     sampling: dict[str, Any] = {
@@ -163,7 +152,7 @@ def token_id_keys(logit_bias: dict[str, float] | None) -> dict[str, float] | Non
     return logit_bias
 
 
-def check_one_form(request: SamplingFields) -> None:
+def check_one_form(request: OpenAiGenerationRequest) -> None:
     """Raise ``ValueError`` for a request that constrains its answer's form twice."""
     if request.structured_outputs is not None and request.response_format not in (
         None,
@@ -173,20 +162,45 @@ def check_one_form(request: SamplingFields) -> None:
 
 
 class OpenAiGenerationRequest(BaseModel):
-    """The checks a chat and a text completion request share: a field nobody defines
-    is refused by name, ``logit_bias`` is keyed by token ids, and the answer's form is
-    constrained once at most (:func:`check_one_form`, before a subclass's own checks)."""
+    """The fields and checks a chat and a text completion request share: a field
+    nobody defines is refused by name, ``logit_bias`` is keyed by token ids, and the
+    answer's form is constrained once at most (:func:`check_one_form`, before a
+    subclass's own checks)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    @field_validator("logit_bias", check_fields=False)
+    model: str
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    n: int = Field(default=1, ge=1, le=MAX_CHOICES, description="choices, each its own request")
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+    response_format: ResponseFormat | None = None
+    metadata: dict[str, Any] | None = None
+    # vLLM's sampling extras, sent by SDKs through extra_body.
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    min_tokens: int | None = None
+    structured_outputs: VllmStructuredOutputs | None = None
+    # llmq extensions, sent by SDKs through extra_body.
+    priority: Literal["interactive", "batch"] | None = None
+
+    @field_validator("logit_bias")
     @classmethod
     def _bias_keys_are_token_ids(cls, value: dict[str, float] | None) -> dict[str, float] | None:
         return token_id_keys(value)
 
     @model_validator(mode="after")
     def _one_form_constraint(self) -> Self:
-        check_one_form(cast(SamplingFields, self))
+        check_one_form(self)
         return self
 
 
@@ -203,22 +217,34 @@ def response_object(
     }
 
 
+@dataclass(frozen=True)
+class JobAnswer:
+    """What a whole answer (``chat.completion`` or ``text_completion``) says of a
+    finished job: its text and why it ended (or each choice, for a request of several),
+    the model the call asked for, and the job's usage, timings and tier."""
+
+    job_id: str
+    model: str
+    text: str
+    finish_reason: str | None
+    usage: Usage
+    timings: Timings
+    tier: str
+    choices: Sequence[ChoiceOutput] | None = None
+
+
 def whole_answer(
-    kind: str,
-    response_id: str,
-    model: str,
-    choices: list[dict[str, Any]],
-    *,
-    job_id: str,
-    usage: Usage,
-    timings: Timings,
-    tier: str,
+    kind: str, response_id: str, answer: JobAnswer, choices: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """A whole answer: its choices, usage, and what llmq adds (the job, its tier and
     timings)."""
-    body = response_object(kind, response_id, model, choices)
-    body["usage"] = usage_block(usage)
-    body["llmq"] = {"job_id": job_id, "tier": tier, "timings": timings.model_dump()}
+    body = response_object(kind, response_id, answer.model, choices)
+    body["usage"] = usage_block(answer.usage)
+    body["llmq"] = {
+        "job_id": answer.job_id,
+        "tier": answer.tier,
+        "timings": answer.timings.model_dump(),
+    }
     return body
 
 

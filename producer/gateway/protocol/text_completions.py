@@ -9,7 +9,7 @@ Shapes only: nothing here opens a job or knows HTTP.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import (
     Field,
@@ -19,18 +19,15 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from producer.gateway.protocol.common import (
+    JobAnswer,
     OpenAiGenerationRequest,
-    ResponseFormat,
-    StreamOptions,
-    VllmStructuredOutputs,
     asks_for_nothing,
     sampling_fields,
     stream_chunk,
     whole_answer,
 )
 from schemas.errors import InvalidRequest
-from schemas.events import ChoiceOutput, Timings, TokenLogprob, Usage
-from schemas.requests import MAX_CHOICES
+from schemas.events import ChoiceOutput, TokenLogprob, Usage
 from schemas.sampling import MAX_TOP_LOGPROBS
 
 DEFAULT_MAX_TOKENS = 16
@@ -53,31 +50,8 @@ class CompletionRequest(OpenAiGenerationRequest):
     llmq does not serve; a field nobody defines is refused by name too.
     """
 
-    model: str
     prompt: Any
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    stop: str | list[str] | None = None
-    seed: int | None = None
-    n: int = Field(default=1, ge=1, le=MAX_CHOICES, description="choices, each its own request")
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
     logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS, strict=True)
-    logit_bias: dict[str, float] | None = None
-    user: str | None = None
-    response_format: ResponseFormat | None = None
-    # vLLM's sampling extras, sent by SDKs through extra_body.
-    top_k: int | None = None
-    min_p: float | None = None
-    repetition_penalty: float | None = None
-    min_tokens: int | None = None
-    structured_outputs: VllmStructuredOutputs | None = None
-    # llmq extensions, sent by SDKs through extra_body.
-    priority: Literal["interactive", "batch"] | None = None
-    metadata: dict[str, Any] | None = None
     # Refused unless they ask for nothing (_QUIET).
     echo: Any = None
     suffix: Any = None
@@ -173,24 +147,17 @@ def legacy_logprobs(tokens: Sequence[TokenLogprob], *, top: int, offset: int = 0
 
 
 def text_completion(
-    *,
-    job_id: str,
-    model: str,
-    text: str,
-    finish_reason: str | None,
-    usage: Usage,
-    timings: Timings,
-    tier: str,
-    logprobs: int | None = None,
-    tokens: Sequence[TokenLogprob] = (),
-    choices: Sequence[ChoiceOutput] | None = None,
+    answer: JobAnswer, *, logprobs: int | None = None, tokens: Sequence[TokenLogprob] = ()
 ) -> dict[str, Any]:
-    """A ``text_completion`` object: one choice of ``text`` (whose tokens are
-    ``tokens``), or with ``choices`` (a request for several) one each; with
+    """A ``text_completion`` object: one choice of the answer's ``text`` (whose tokens
+    are ``tokens``), or with its ``choices`` (a request for several) one each; with
     ``logprobs`` (the request's), each choice's in the legacy shape."""
+    choices = answer.choices
     if choices is None:
         choices = [
-            ChoiceOutput(index=0, text=text, finish_reason=finish_reason, logprobs=list(tokens))
+            ChoiceOutput(
+                index=0, text=answer.text, finish_reason=answer.finish_reason, logprobs=list(tokens)
+            )
         ]
     answers = [
         {
@@ -203,16 +170,7 @@ def text_completion(
         }
         for choice in choices
     ]
-    return whole_answer(
-        "text_completion",
-        completion_id(job_id),
-        model,
-        answers,
-        job_id=job_id,
-        usage=usage,
-        timings=timings,
-        tier=tier,
-    )
+    return whole_answer("text_completion", completion_id(answer.job_id), answer, answers)
 
 
 def text_chunk(

@@ -54,7 +54,7 @@ class ChatServing:
 
         def whole(result: JobResult) -> dict[str, Any]:
             return completion(
-                **answer_fields(result, body.model),
+                answer_fields(result, body.model),
                 logprobs=(result.logprobs or []) if body.logprobs else None,
                 tool_use=body.tool_use(),
             )

@@ -21,7 +21,13 @@ from producer.gateway.context import GatewayContext
 from producer.gateway.errors import BAD_REQUEST, MODEL_NOT_FOUND, GatewayError, http_error_for
 from producer.gateway.keys import KeyIdentity
 from producer.gateway.metrics import GatewayMetrics
-from producer.gateway.protocol.common import SSE_DONE, StreamOptions, error_body, sse_event
+from producer.gateway.protocol.common import (
+    SSE_DONE,
+    JobAnswer,
+    StreamOptions,
+    error_body,
+    sse_event,
+)
 from producer.jobs import routed_tier_of
 from schemas.errors import LlmqError, job_ended
 from schemas.events import AnyEvent, ErrorEvent, TokenEvent
@@ -257,19 +263,19 @@ async def _after_stream(handle: AsyncJobHandle, release_slot: Release | None) ->
             await release_slot()
 
 
-def answer_fields(result: JobResult, model: str) -> dict[str, Any]:
+def answer_fields(result: JobResult, model: str) -> JobAnswer:
     """What a whole answer (``chat.completion`` or ``text_completion``) says of the job's
     result, under the model the call asked for."""
-    return {
-        "job_id": result.job_id,
-        "model": model,
-        "text": result.text,
-        "finish_reason": result.finish_reason,
-        "usage": result.usage,
-        "timings": result.timings,
-        "tier": result.tier.value,
-        "choices": result.choices,
-    }
+    return JobAnswer(
+        job_id=result.job_id,
+        model=model,
+        text=result.text,
+        finish_reason=result.finish_reason,
+        usage=result.usage,
+        timings=result.timings,
+        tier=result.tier.value,
+        choices=result.choices,
+    )
 
 
 EventChunks = Callable[[AnyEvent, bool], Iterable[dict[str, Any]]]

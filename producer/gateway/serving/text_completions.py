@@ -48,7 +48,7 @@ class TextCompletionServing:
 
         def whole(result: JobResult) -> dict[str, Any]:
             return text_completion(
-                **answer_fields(result, body.model),
+                answer_fields(result, body.model),
                 logprobs=body.logprobs,
                 tokens=result.logprobs or [],
             )
