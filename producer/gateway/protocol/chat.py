@@ -23,7 +23,6 @@ from producer.gateway.protocol.common import (
     JobAnswer,
     OpenAiGenerationRequest,
     asks_for_nothing,
-    sampling_fields,
     stream_chunk,
     whole_answer,
 )
@@ -190,7 +189,7 @@ class ChatCompletionRequest(OpenAiGenerationRequest):
         return request
 
     def _sampling(self) -> dict[str, Any]:
-        return sampling_fields(self, logprobs=(self.top_logprobs or 0) if self.logprobs else None)
+        return self.sampling_fields(logprobs=(self.top_logprobs or 0) if self.logprobs else None)
 
 
 def completion_id(job_id: str) -> str:

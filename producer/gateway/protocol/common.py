@@ -100,34 +100,6 @@ class VllmStructuredOutputs(BaseModel):
         return {"kind": "regex", "regex": self.regex}
 
 
-def sampling_fields(request: OpenAiGenerationRequest, *, logprobs: int | None) -> dict[str, Any]:
-    """``schemas.sampling.Sampling`` fields, those the caller set; ``logprobs`` is the
-    number of top log probabilities asked for (None: none)."""
-    sampling: dict[str, Any] = {
-        name: value
-        for name, value in (
-            ("presence_penalty", request.presence_penalty),
-            ("frequency_penalty", request.frequency_penalty),
-            ("repetition_penalty", request.repetition_penalty),
-            ("top_k", request.top_k),
-            ("min_p", request.min_p),
-            ("min_tokens", request.min_tokens),
-            ("logprobs", logprobs),
-        )
-        if value is not None
-    }
-    if request.logit_bias:
-        sampling["logit_bias"] = {int(token): b for token, b in request.logit_bias.items()}
-    if request.structured_outputs is not None:
-        sampling["structured"] = request.structured_outputs.constraint()
-    elif request.response_format is not None and request.response_format.type == "json_object":
-        sampling["structured"] = {"kind": "json_object"}
-    elif request.response_format is not None and request.response_format.json_schema is not None:
-        schema = request.response_format.json_schema.schema_
-        sampling["structured"] = {"kind": "json_schema", "json_schema": schema}
-    return sampling
-
-
 def asks_for_nothing(name: str, value: object, quiet: tuple[object, ...]) -> object:
     """``value`` of field ``name``, which llmq does not serve, where it asks for nothing:
     null, or one of ``quiet``. Raises an ``unserved_field`` error naming the field and
@@ -202,6 +174,33 @@ class OpenAiGenerationRequest(BaseModel):
     def _one_form_constraint(self) -> Self:
         check_one_form(self)
         return self
+
+    def sampling_fields(self, *, logprobs: int | None) -> dict[str, Any]:
+        """``schemas.sampling.Sampling`` fields, those the caller set; ``logprobs`` is the
+        number of top log probabilities asked for (None: none)."""
+        sampling: dict[str, Any] = {
+            name: value
+            for name, value in (
+                ("presence_penalty", self.presence_penalty),
+                ("frequency_penalty", self.frequency_penalty),
+                ("repetition_penalty", self.repetition_penalty),
+                ("top_k", self.top_k),
+                ("min_p", self.min_p),
+                ("min_tokens", self.min_tokens),
+                ("logprobs", logprobs),
+            )
+            if value is not None
+        }
+        if self.logit_bias:
+            sampling["logit_bias"] = {int(token): b for token, b in self.logit_bias.items()}
+        if self.structured_outputs is not None:
+            sampling["structured"] = self.structured_outputs.constraint()
+        elif self.response_format is not None and self.response_format.type == "json_object":
+            sampling["structured"] = {"kind": "json_object"}
+        elif self.response_format is not None and self.response_format.json_schema is not None:
+            schema = self.response_format.json_schema.schema_
+            sampling["structured"] = {"kind": "json_schema", "json_schema": schema}
+        return sampling
 
 
 def response_object(

@@ -22,7 +22,6 @@ from producer.gateway.protocol.common import (
     JobAnswer,
     OpenAiGenerationRequest,
     asks_for_nothing,
-    sampling_fields,
     stream_chunk,
     whole_answer,
 )
@@ -119,7 +118,7 @@ class CompletionRequest(OpenAiGenerationRequest):
         return request
 
     def _sampling(self) -> dict[str, Any]:
-        return sampling_fields(self, logprobs=self.logprobs)
+        return self.sampling_fields(logprobs=self.logprobs)
 
 
 def completion_id(job_id: str) -> str:
