@@ -26,6 +26,7 @@ from workers.engine.base import DeltaStream, EngineRequest
 from workers.job_input import check_context, parse_request, prompt_ids, sampling_options
 from workers.jobs import (
     ClaimedJob,
+    JobOutcome,
     claim_job,
     fail_job,
     failure_message,
@@ -165,18 +166,17 @@ def _finish(
         completion_tokens=generation.completion_tokens,
         cached_prompt_tokens=generation.cached_prompt_tokens,
     )
+    result = JobOutcome(
+        generation.text, generation.finish_reason, usage, timings, generation.choices
+    )
     recorded = _record(
         runtime,
         lambda: finish_job(
             runtime.sessions,
             job_id,
+            result,
             attempt=claimed.attempt,
-            text=generation.text,
-            finish_reason=generation.finish_reason,
-            usage=usage,
-            timings=timings,
             in_conversation=in_conversation(claimed.request),
-            choices=generation.choices,
             logprobs=_logprobs_to_keep(claimed, publisher, generation),
         ),
         what=f"record the result of job {job_id}",
@@ -184,14 +184,7 @@ def _finish(
     if recorded is False:
         _superseded(claimed)
         return
-    publisher.final(
-        text=generation.text,
-        finish_reason=generation.finish_reason,
-        usage=usage,
-        timings=timings,
-        worker_id=runtime.worker_id,
-        choices=generation.choices,
-    )
+    publisher.final(result, worker_id=runtime.worker_id)
     # After the final event: its reader waits for nothing below.
     record_service_ms(runtime, timings.total_ms - timings.queue_wait_ms)
     if claimed.priority == Priority.INTERACTIVE and timings.engine_ttft_ms is not None:

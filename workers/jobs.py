@@ -176,23 +176,31 @@ def requeue_job(sessions: sessionmaker[Session], job_id: str, *, attempt: int) -
 _LIVE_STATUSES = [status.value for status in JobStatus if not status.is_final]
 
 
+@dataclass(frozen=True)
+class JobOutcome:
+    """What a finished job produced, as its row records it and its final event tells
+    readers. ``choices``: every choice of a job that asked for several (``text`` and
+    ``finish_reason`` are then the first one's)."""
+
+    text: str
+    finish_reason: str | None
+    usage: Usage
+    timings: Timings
+    choices: Sequence[ChoiceOutput] | None = None
+
+
 def finish_job(
     sessions: sessionmaker[Session],
     job_id: str,
+    result: JobOutcome,
     *,
     attempt: int,
-    text: str,
-    finish_reason: str | None,
-    usage: Usage,
-    timings: Timings,
     in_conversation: bool = True,
-    choices: Sequence[ChoiceOutput] | None = None,
     logprobs: Sequence[Sequence[TokenLogprob]] | None = None,
 ) -> bool:
-    """Record the output of ``attempt``; False (nothing written) if the job ended or
-    moved on to another attempt. ``choices``: every choice of a job that asked for
-    several (``text`` and ``finish_reason`` are the first one's). ``logprobs``: each
-    choice's tokens with their log probabilities, for a job that asked for them.
+    """Record ``result`` as the output of ``attempt``; False (nothing written) if the
+    job ended or moved on to another attempt. ``logprobs``: each choice's tokens with
+    their log probabilities, for a job that asked for them.
 
     A job outside a conversation (``in_conversation`` False) is recorded with one
     conditional ``UPDATE`` in autocommit: its final event waits for this write, and on
@@ -200,11 +208,12 @@ def finish_job(
     were four round trips. A conversation's turns are written in the same transaction
     as its row (a job's turns exist exactly when its row says done).
     """
+    usage, timings = result.usage, result.timings
     outcome = {
         "status": JobStatus.DONE.value,
         "queue_wait_ms": timings.queue_wait_ms,
-        "output_text": text,
-        "finish_reason": finish_reason,
+        "output_text": result.text,
+        "finish_reason": result.finish_reason,
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
         "cached_prompt_tokens": usage.cached_prompt_tokens,
@@ -212,8 +221,8 @@ def finish_job(
         "total_ms": timings.total_ms,
         "finished_at": db_now(),
     }
-    if choices is not None:
-        outcome["output_choices"] = [choice.model_dump(mode="json") for choice in choices]
+    if result.choices is not None:
+        outcome["output_choices"] = [choice.model_dump(mode="json") for choice in result.choices]
     if logprobs is not None:
         outcome["output_logprobs"] = [
             [token.model_dump(mode="json") for token in choice] for choice in logprobs
@@ -237,7 +246,7 @@ def finish_job(
             return False
         for column, value in outcome.items():
             setattr(job, column, value)
-        record_turns(session, job, answer=text, answer_tokens=usage.completion_tokens)
+        record_turns(session, job, answer=result.text, answer_tokens=usage.completion_tokens)
     return True
 
 

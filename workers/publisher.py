@@ -9,18 +9,16 @@ import redis
 
 from schemas.events import (
     AttemptEvent,
-    ChoiceOutput,
     FinalEvent,
-    Timings,
     TokenEvent,
     TokenLogprob,
-    Usage,
     error_event,
     parse_event,
 )
 from schemas.jobs import JobStatus
 from schemas.stream_log import EventLog
 from workers.append_combiner import AppendCombiner
+from workers.jobs import JobOutcome
 
 
 @dataclass
@@ -119,26 +117,17 @@ class StreamPublisher:
                 choices[event.index].extend(event.logprobs)
         return choices
 
-    def final(
-        self,
-        *,
-        text: str,
-        finish_reason: str | None,
-        usage: Usage,
-        timings: Timings,
-        worker_id: str,
-        choices: Sequence[ChoiceOutput] | None = None,
-    ) -> None:
+    def final(self, result: JobOutcome, *, worker_id: str) -> None:
         """Publish the terminal success event (with every choice, for a request of
         several)."""
         event = FinalEvent(
             seq=self.seq,
-            text=text,
-            finish_reason=finish_reason,
-            usage=usage,
-            timings=timings,
+            text=result.text,
+            finish_reason=result.finish_reason,
+            usage=result.usage,
+            timings=result.timings,
             worker_id=worker_id,
-            choices=list(choices) if choices is not None else None,
+            choices=list(result.choices) if result.choices is not None else None,
         )
         self._emit(event.model_dump_json())
 

@@ -20,7 +20,7 @@ from schemas.settings import Settings
 from tests.conftest import job_row
 from tests.integration.test_runner import ScriptedEngine, runtime_for
 from workers.job_runner import record_service_ms, run_job
-from workers.jobs import claim_job, finish_job
+from workers.jobs import JobOutcome, claim_job, finish_job
 from workers.reaper import release_job, running_rows
 
 pytestmark = pytest.mark.integration
@@ -49,11 +49,8 @@ def finish(sessions: sessionmaker[Session], job_id: str, attempt: int, text: str
     return finish_job(
         sessions,
         job_id,
+        JobOutcome(text, "stop", USAGE, TIMINGS),
         attempt=attempt,
-        text=text,
-        finish_reason="stop",
-        usage=USAGE,
-        timings=TIMINGS,
         in_conversation=False,
     )
 

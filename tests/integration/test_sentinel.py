@@ -30,6 +30,7 @@ from workers.app import make_app
 from workers.append_combiner import AppendCombiner
 from workers.envelope import read_job_message
 from workers.job_runner import run_job
+from workers.jobs import JobOutcome
 from workers.publisher import StreamPublisher
 from workers.received_starts import JobHint
 from workers.transport import TolerantSentinelTransport
@@ -107,13 +108,13 @@ def test_producers_readers_and_workers_follow_a_promoted_replica(
 
         # The worker's stream goes on on the new master, and the reader follows it.
         publisher.token("today.")
-        publisher.final(
+        result = JobOutcome(
             text="Your order left today.",
             finish_reason="stop",
             usage=Usage(prompt_tokens=5, completion_tokens=3),
             timings=Timings(queue_wait_ms=1.0, total_ms=2.0),
-            worker_id="test-worker",
         )
+        publisher.final(result, worker_id="test-worker")
         reader.join(timeout=30)
         assert reader.error is None, reader.error
         assert [event.seq for event in reader.events] == [0, 1, 2, 3]

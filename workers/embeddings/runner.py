@@ -21,6 +21,7 @@ from workers.append_combiner import AppendCombiner
 from workers.embeddings.model import Embedded
 from workers.jobs import (
     ClaimedJob,
+    JobOutcome,
     claim_job,
     fail_job,
     failure_message,
@@ -92,16 +93,10 @@ def _finish(
     # An embedding has no tokens to stream: its first output is its whole answer.
     timings = Timings(queue_wait_ms=claimed.queue_wait_ms, ttft_ms=total_ms, total_ms=total_ms)
     usage = Usage(prompt_tokens=embedded.prompt_tokens, completion_tokens=0)
+    result = JobOutcome(text, "stop", usage, timings)
     recorded = with_db_retry(
         lambda: finish_job(
-            runtime.sessions,
-            claimed.id,
-            attempt=claimed.attempt,
-            text=text,
-            finish_reason="stop",
-            usage=usage,
-            timings=timings,
-            in_conversation=False,
+            runtime.sessions, claimed.id, result, attempt=claimed.attempt, in_conversation=False
         ),
         what=f"record the result of job {claimed.id}",
         delays=runtime.timeouts.db_retry_delays_s,
@@ -111,9 +106,7 @@ def _finish(
         return
     # Published even when the database stayed down (recorded None): the reader waits
     # on the stream, and the message is redelivered only if this worker dies.
-    publisher.final(
-        text=text, finish_reason="stop", usage=usage, timings=timings, worker_id=runtime.worker_id
-    )
+    publisher.final(result, worker_id=runtime.worker_id)
 
 
 def _fail(
