@@ -8,6 +8,8 @@ from the text already streamed, so the tokens still add up to one coherent text.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -105,6 +107,20 @@ class ChoiceOutput(BaseModel):
     )
     """Its tokens' log probabilities, where asked for: gathered from its token events by
     a reader, never sent in the final event."""
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """What a finished job produced, as its row records it and its final event
+    (:class:`FinalEvent`, which adds its number and worker) tells readers.
+    ``choices``: every choice of a job that asked for several (``text`` and
+    ``finish_reason`` are then the first one's)."""
+
+    text: str
+    finish_reason: str | None
+    usage: Usage
+    timings: Timings
+    choices: Sequence[ChoiceOutput] | None = None
 
 
 class FinalEvent(BaseModel):

@@ -14,7 +14,7 @@ import redis
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from schemas.errors import EngineDead, LlmqError
-from schemas.events import ChoiceOutput, Timings, TokenLogprob, Usage
+from schemas.events import ChoiceOutput, JobOutcome, Timings, TokenLogprob, Usage
 from schemas.jobs import CANCELLED_MESSAGE, JobStatus
 from schemas.messages import ROW_WAIT_S
 from schemas.queues import SERVICE_MS_KEY, Priority
@@ -26,7 +26,6 @@ from workers.engine.base import DeltaStream, EngineRequest
 from workers.job_input import check_context, parse_request, prompt_ids, sampling_options
 from workers.jobs import (
     ClaimedJob,
-    JobOutcome,
     claim_job,
     fail_job,
     failure_message,

@@ -18,7 +18,7 @@ from schemas.boundary import database_boundary
 from schemas.db import job_row_exists, one_statement
 from schemas.db_clock import db_now
 from schemas.errors import LlmqError
-from schemas.events import ChoiceOutput, Timings, TokenLogprob, Usage
+from schemas.events import JobOutcome, TokenLogprob
 from schemas.jobs import JobStatus
 from schemas.retry import retry_call
 from schemas.tables import Job, as_utc
@@ -174,19 +174,6 @@ def requeue_job(sessions: sessionmaker[Session], job_id: str, *, attempt: int) -
 
 # What _still_ours checks of a loaded row, for a statement's WHERE.
 _LIVE_STATUSES = [status.value for status in JobStatus if not status.is_final]
-
-
-@dataclass(frozen=True)
-class JobOutcome:
-    """What a finished job produced, as its row records it and its final event tells
-    readers. ``choices``: every choice of a job that asked for several (``text`` and
-    ``finish_reason`` are then the first one's)."""
-
-    text: str
-    finish_reason: str | None
-    usage: Usage
-    timings: Timings
-    choices: Sequence[ChoiceOutput] | None = None
 
 
 def finish_job(

@@ -10,6 +10,7 @@ import redis
 from schemas.events import (
     AttemptEvent,
     FinalEvent,
+    JobOutcome,
     TokenEvent,
     TokenLogprob,
     error_event,
@@ -18,7 +19,6 @@ from schemas.events import (
 from schemas.jobs import JobStatus
 from schemas.stream_log import EventLog
 from workers.append_combiner import AppendCombiner
-from workers.jobs import JobOutcome
 
 
 @dataclass
@@ -120,15 +120,8 @@ class StreamPublisher:
     def final(self, result: JobOutcome, *, worker_id: str) -> None:
         """Publish the terminal success event (with every choice, for a request of
         several)."""
-        event = FinalEvent(
-            seq=self.seq,
-            text=result.text,
-            finish_reason=result.finish_reason,
-            usage=result.usage,
-            timings=result.timings,
-            worker_id=worker_id,
-            choices=list(result.choices) if result.choices is not None else None,
-        )
+        # The event is the outcome, numbered and signed by the worker.
+        event = FinalEvent(seq=self.seq, worker_id=worker_id, **vars(result))
         self._emit(event.model_dump_json())
 
     def error(self, message: str, status: JobStatus = JobStatus.FAILED) -> None:

@@ -13,14 +13,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from producer.client import Client
 from schemas.db import make_engine, make_sessions
-from schemas.events import Timings, Usage
+from schemas.events import JobOutcome, Timings, Usage
 from schemas.jobs import JobStatus
 from schemas.queues import SERVICE_MS_KEY, Tier
 from schemas.settings import Settings
 from tests.conftest import job_row
 from tests.integration.test_runner import ScriptedEngine, runtime_for
 from workers.job_runner import record_service_ms, run_job
-from workers.jobs import JobOutcome, claim_job, finish_job
+from workers.jobs import claim_job, finish_job
 from workers.reaper import release_job, running_rows
 
 pytestmark = pytest.mark.integration

@@ -22,7 +22,7 @@ from bench.sentinel_lab import SentinelLab, failover_phase, sentinel_lab
 from producer.client import Client
 from schemas.broker import async_redis_client, redis_client
 from schemas.errors import LlmqError
-from schemas.events import AnyEvent, FinalEvent, Timings, TokenEvent, Usage
+from schemas.events import AnyEvent, FinalEvent, JobOutcome, Timings, TokenEvent, Usage
 from schemas.queues import Priority, Tier, queue_name
 from schemas.settings import Settings
 from tests.integration.test_runner import ScriptedEngine, runtime_for
@@ -30,7 +30,6 @@ from workers.app import make_app
 from workers.append_combiner import AppendCombiner
 from workers.envelope import read_job_message
 from workers.job_runner import run_job
-from workers.jobs import JobOutcome
 from workers.publisher import StreamPublisher
 from workers.received_starts import JobHint
 from workers.transport import TolerantSentinelTransport

@@ -14,14 +14,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from schemas.embeddings import EmbeddingRequest, pack_vectors
 from schemas.errors import LlmqError
-from schemas.events import Timings, Usage
+from schemas.events import JobOutcome, Timings, Usage
 from schemas.jobs import JobStatus
 from schemas.timeouts import DEFAULT_TIMEOUTS, Timeouts
 from workers.append_combiner import AppendCombiner
 from workers.embeddings.model import Embedded
 from workers.jobs import (
     ClaimedJob,
-    JobOutcome,
     claim_job,
     fail_job,
     failure_message,
