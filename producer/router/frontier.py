@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict
 
 from producer.quality.stats import DEFAULT_CONFIDENCE, Interval, paired_gate
 from schemas.errors import ConfigError
+from schemas.percentiles import percentile
 
 RECOVERY_TARGETS = (0.8, 0.95)
 MIN_FRONTIER_CASES = 10
@@ -140,17 +141,6 @@ def engine_shares(wall_s: float, total_ms: Sequence[float | None]) -> list[float
     return [wall_s * t / total for t in times]
 
 
-def percentile(values: Sequence[float], fraction: float) -> float:
-    """Linear-interpolated percentile (``fraction`` in [0, 1]); NaN for no values."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    position = fraction * (len(ordered) - 1)
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
 def thresholds(scores: Sequence[float]) -> list[float]:
     """One threshold per distinct split of ``scores``, from all-small to all-large.
 
@@ -244,7 +234,7 @@ def compute_frontier(
                 quality=gate.b,
                 delta_vs_all_large=gate.delta,
                 mean_ms=round(sum(latencies) / len(latencies), 1) if latencies else math.nan,
-                p95_ms=round(percentile(latencies, 0.95), 1),
+                p95_ms=round(percentile(latencies, 95), 1) if latencies else math.nan,
                 engine_s=round(sum(a.engine_s for a in chosen), 3),
                 recovered=recovered(gate.b.value, quality_small, quality_large),
             )

@@ -14,7 +14,6 @@ from producer.router.frontier import (
     compute_frontier,
     engine_shares,
     frontier_from_json,
-    percentile,
     pick_operating_point,
     share_to_recover,
     thresholds,
@@ -41,11 +40,6 @@ def test_engine_shares_add_up_to_the_block_and_charge_failures_the_mean() -> Non
     assert shares == pytest.approx([2.0, 6.0, 4.0])
     assert sum(shares) == pytest.approx(12.0)
     assert engine_shares(4.0, []) == []
-
-
-def test_percentile_interpolates() -> None:
-    assert percentile([1.0, 2.0, 3.0, 4.0, 5.0], 0.5) == 3.0
-    assert percentile([0.0, 10.0], 0.95) == pytest.approx(9.5)
 
 
 def test_area_and_share_to_recover() -> None:
