@@ -14,7 +14,7 @@ from schemas.queues import GENERATE_TASK, kombu_queues
 from schemas.settings import Settings
 from workers.consume import configure_broker
 from workers.early_start import start_on_receipt
-from workers.envelope import JobMessage
+from workers.envelope import ReceivedJobMessage
 from workers.job_runner import run_job
 from workers.received_starts import JobHint
 from workers.transport import job_message_received
@@ -81,7 +81,7 @@ def start_on_receipt_of(app: LlmqCelery) -> Callable[[], None]:
     message is read, before Celery builds the job's task (``workers.received_starts``).
     Returns what undoes it."""
 
-    def on_received(message: JobMessage | None = None, **_: Any) -> None:
+    def on_received(message: ReceivedJobMessage | None = None, **_: Any) -> None:
         runtime = app.runtime
         # A retry's message waits for its ETA: its request is started when it runs.
         if runtime is None or message is None or message.eta:

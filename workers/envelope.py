@@ -113,7 +113,7 @@ def is_job_queue(queue: str) -> bool:
 
 
 @dataclass(frozen=True)
-class JobMessage:
+class ReceivedJobMessage:
     """What a well-formed job message says, as its worker receives it."""
 
     job_id: str
@@ -127,7 +127,7 @@ class MalformedMessage(ValueError):
     """A queue entry that is not a job message; its text says what is wrong."""
 
 
-def read_job_message(message: Any) -> JobMessage:
+def read_job_message(message: Any) -> ReceivedJobMessage:
     """The job a queue entry carries; raises ``MalformedMessage`` naming the problem."""
     try:
         envelope = _Envelope.model_validate(message)
@@ -139,7 +139,7 @@ def read_job_message(message: Any) -> JobMessage:
     problem = _body_problem(body)
     if problem is not None:
         raise MalformedMessage(problem)
-    return JobMessage(job_id=body[0][0], kwargs=body[1], eta=envelope.headers.eta)
+    return ReceivedJobMessage(job_id=body[0][0], kwargs=body[1], eta=envelope.headers.eta)
 
 
 def envelope_problem(message: Any) -> str | None:

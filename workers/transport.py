@@ -202,7 +202,7 @@ class TolerantRedisTransport(kombu_redis.Transport):
 
 
 job_message_received = Signal(name="job_message_received", providing_args={"message"})
-"""Sent with each well-formed job message (a ``JobMessage``) the moment it is read,
+"""Sent with each well-formed job message (a ``ReceivedJobMessage``) the moment it is read,
 before Celery builds its task: what a receiver starts here is ahead of Celery's
 strategy, the pool's hand-over and the task's tracing. Receivers run on the worker's
 consumer thread, so they must be quick; an exception in one is logged."""

@@ -22,7 +22,7 @@ from tests.integration.test_submit import queued_messages
 from workers.app import make_app, start_on_receipt_of
 from workers.early_start import start_on_receipt
 from workers.engine.base import Delta, SamplingOptions
-from workers.envelope import JobMessage, read_job_message
+from workers.envelope import ReceivedJobMessage, read_job_message
 from workers.job_runner import run_job
 from workers.received_starts import JobHint
 from workers.transport import job_message_received
@@ -169,7 +169,7 @@ def test_a_duplicate_started_on_receipt_is_aborted_when_its_claim_fails(
     assert duplicate in engine.closed and duplicate not in engine.read
 
 
-def message_of(settings: Settings, job_id: str) -> JobMessage:
+def message_of(settings: Settings, job_id: str) -> ReceivedJobMessage:
     """The job's queued message, read as the worker's transport reads it."""
     for messages in queued_messages(settings).values():
         for raw in messages:

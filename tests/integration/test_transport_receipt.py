@@ -13,7 +13,7 @@ from schemas.queues import DROPPED_MESSAGES_KEY, Priority, Tier, held_key, queue
 from schemas.settings import Settings
 from tests.integration.test_recovery import REQUEST
 from workers.app import make_app
-from workers.envelope import JobMessage
+from workers.envelope import ReceivedJobMessage
 from workers.transport import job_message_received
 
 pytestmark = pytest.mark.integration
@@ -26,9 +26,9 @@ def test_a_job_message_is_announced_before_celery_gets_it_and_before_its_records
     integration_settings: Settings,
 ) -> None:
     order: list[str] = []
-    announced: list[JobMessage] = []
+    announced: list[ReceivedJobMessage] = []
 
-    def on_read(message: JobMessage | None = None, **_: Any) -> None:
+    def on_read(message: ReceivedJobMessage | None = None, **_: Any) -> None:
         assert message is not None
         announced.append(message)
         order.append(f"announced, {client.redis.hlen(held_key(WORKER))} records")
