@@ -302,7 +302,6 @@ def replay_side(
         name: round(max(0.0, seconds - cpu_before.get(name, 0.0)), 1)
         for name, seconds in cpu_after.items()
     }
-    run.cpu_s = sum(run.cpu_s_by_process.values())
     run.outcomes = replay.outcomes
     return run
 

@@ -45,10 +45,13 @@ class SideRun:
     restart_s: float | None = None
     restart_at_s: float | None = None
     restart_error: str | None = None
-    cpu_s: float = 0.0
-    """CPU-seconds of the side's serving processes during the replay."""
     cpu_s_by_process: dict[str, float] = field(default_factory=dict)
-    """:attr:`cpu_s` by process name."""
+    """CPU-seconds of the side's serving processes during the replay, by process name."""
+
+    @property
+    def cpu_s(self) -> float:
+        """CPU-seconds of the side's serving processes during the replay."""
+        return sum(self.cpu_s_by_process.values())
 
 
 def score_quality(

@@ -41,12 +41,9 @@ class Side:
         """The side's serving processes (their children are counted with them)."""
         return []
 
-    def cpu_seconds(self) -> float:
-        """CPU-seconds the side's serving processes and their children used so far."""
-        return sum(self.cpu_seconds_by_process().values())
-
     def cpu_seconds_by_process(self) -> dict[str, float]:
-        """:meth:`cpu_seconds`, by process name (processes of one name are summed)."""
+        """CPU-seconds the side's serving processes and their children used so far, by
+        process name (processes of one name are summed)."""
         return process_cpu_seconds_by_name(self.pids())
 
     def start(self) -> None:

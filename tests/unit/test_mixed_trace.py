@@ -243,7 +243,6 @@ def test_the_report_holds_every_side_s_figures_and_the_ratios() -> None:
                     ),
                     _outcome(1, "batch", finished=50.0, ok=True, tokens=60),
                 ],
-                cpu_s=12.0,
                 cpu_s_by_process={"producer.cli": 2.0, "VLLM::EngineCore": 10.0},
             )
         ],
