@@ -92,11 +92,11 @@ def output_line(job: Job) -> str:
         body = _embeddings_body(job, common)
     else:
         top, tokens = _kept_logprobs(job, common)
+        answer = JobAnswer(**common)
         if request.get("raw_prompt"):
-            body = text_completion(JobAnswer(**common), logprobs=top, tokens=tokens)
+            body = text_completion(answer, logprobs=top, tokens=tokens)
         else:
             logprobs = tokens if top is not None else None
-            answer = JobAnswer(**common)
             body = completion(answer, tool_use=stored_tool_use(request), logprobs=logprobs)
         body["created"] = epoch(job.finished_at) or body["created"]
     line = {
