@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from schemas.queues import GENERATE_TASK, Priority, Tier, celery_config, job_message
 from schemas.settings import Settings
 from workers.reaper import Reaper, ReaperThread
-from workers.transport import job_ids_in_broker, restore_held, transport_path
+from workers.transport import TO_FRONT_HEADER, job_ids_in_broker, restore_held, transport_path
 
 
 def configure_broker(app: Celery, settings: Settings, *, worker_id: str | None) -> None:
@@ -32,11 +32,13 @@ def configure_broker(app: Celery, settings: Settings, *, worker_id: str | None) 
     app.conf.broker_transport = transport_path(settings.broker_url)
 
 
-def job_sender(app: Celery) -> Callable[[str, Tier, Priority], None]:
-    """Sends a job's message (without the request copy: the row is the truth)."""
+def job_sender(app: Celery, *, to_front: bool = False) -> Callable[[str, Tier, Priority], None]:
+    """Sends a job's message (without the request copy: the row is the truth); with
+    ``to_front``, to the front of its queue (a job that waited already)."""
+    headers = {TO_FRONT_HEADER: True} if to_front else None
 
     def send(job_id: str, tier: Tier, priority: Priority) -> None:
-        app.send_task(GENERATE_TASK, **job_message(job_id, tier, priority))
+        app.send_task(GENERATE_TASK, **job_message(job_id, tier, priority), headers=headers)
 
     return send
 

@@ -156,8 +156,13 @@ class TolerantQoS(kombu_redis.QoS):
             self._delivered.clear()
 
 
+TO_FRONT_HEADER = "llmq_to_front"
+"""A message header: put this message at the front of its queue, not the back."""
+
+
 class TolerantChannel(kombu_redis.Channel):
-    """Redis channel that drops undecodable queue entries instead of crashing."""
+    """Redis channel that drops undecodable queue entries instead of crashing, and
+    puts a message marked :data:`TO_FRONT_HEADER` at the front of its queue."""
 
     QoS = TolerantQoS
     #: Set from the ``llmq_worker_id`` transport option in a worker's app.
@@ -166,6 +171,22 @@ class TolerantChannel(kombu_redis.Channel):
         *kombu_redis.Channel.from_transport_options,
         "llmq_worker_id",
     )
+
+    def _put(self, queue: str, message: Any, **kwargs: Any) -> None:
+        headers = message.get("headers") or {}
+        if not headers.get(TO_FRONT_HEADER):
+            super()._put(queue, message, **kwargs)  # type: ignore[no-untyped-call]
+            return
+        # kombu pushes on the left and pops on the right: the right is the front.
+        priority = self._get_message_priority(message, reverse=False)  # type: ignore[no-untyped-call]
+        key = self._q_for_pri(queue, priority)  # type: ignore[no-untyped-call]
+        entry = dumps(message)  # type: ignore[no-untyped-call]
+        batch = kwargs.get("_publish_batch")
+        if batch is not None:
+            batch.add("rpush", key, entry)
+            return
+        with self.conn_or_acquire() as client:
+            client.rpush(key, entry)
 
     def _brpop_read(self, **options: Any) -> bool:
         try:

@@ -136,7 +136,7 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
             sessions=make_sessions(db),
             prompts=PromptCatalog(settings.prompts_dir),
             on_engine_dead=stop_this_worker,
-            resend=job_sender(app),
+            resend=job_sender(app, to_front=True),
             appends=AppendCombiner(client, retry_delays_s=timeouts.publish_retry_delays_s),
             deferred=DeferredWrites(interval_s=timeouts.deferred_write_retry_s),
             metrics=WorkerMetrics(

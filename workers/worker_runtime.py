@@ -43,7 +43,8 @@ class WorkerRuntime:
     on_engine_dead: Callable[[], None] = lambda: None
     """Called once the engine is found dead; the worker stops so it can be restarted."""
     resend: Callable[[str, Tier, Priority], None] | None = None
-    """Sends a job's message again (a batch job that gave way to interactive work)."""
+    """Sends a job's message again, to the front of its queue (a batch job that gave
+    way to interactive work resumes before jobs that have not started)."""
     deferred: DeferredWrites = field(default_factory=DeferredWrites)
     """A job's end the database refused through every retry, until it takes it."""
     received: ReceivedStarts[EarlyStart] = field(default_factory=ReceivedStarts)

@@ -62,7 +62,7 @@ class ReadQueues:
 
 @dataclass(frozen=True)
 class Requeue:
-    """Send the job back to its queue, on the same attempt (no step toward its
-    dead-letter)."""
+    """Send the job back to the front of its queue, on the same attempt (no step toward
+    its dead-letter)."""
 
     job_id: str
