@@ -259,7 +259,7 @@ def _consume(app: LlmqCelery, runtime: WorkerRuntime, options: WorkerOptions) ->
         app,
         hostname=runtime.worker_id,
         queues=queues,
-        concurrency=shares.slots,
+        concurrency=shares.threads,
         loglevel=options.loglevel,
     )
 

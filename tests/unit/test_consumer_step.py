@@ -93,7 +93,10 @@ def test_an_interactive_message_halts_the_batch_jobs_beyond_what_may_stay() -> N
     for index in range(3):
         drive.received(f"b{index}", "llm.small.batch")
     drive.received("i0", "llm.small.interactive")
-    # One person in the one reserved slot: batch keeps 2, the youngest gives way.
+    # One person in the one reserved slot: the three batch jobs fill the rest.
+    assert [job.reason for job in batch] == [None, None, None]
+    drive.received("i1", "llm.small.interactive")
+    # A second person (on the thread beyond the slots): the youngest gives way.
     assert [job.reason for job in batch] == [None, None, StopReason.YIELDED]
 
 

@@ -151,17 +151,32 @@ def test_batch_s_queue_pauses_when_its_share_is_full_and_resumes_when_a_slot_fre
     assert sched.running() == running(0, 2)
 
 
-def test_batch_leaves_a_free_slot_once_people_hold_their_reserved_ones() -> None:
+def test_batch_holds_what_people_leave_once_they_hold_their_reserved_slots() -> None:
     sched = scheduler(SlotShares(16, 4, 1))
     assert sched.batch_cap(running(3, 12)) == 12  # inside the reserve: all of batch_max
-    assert sched.batch_cap(running(4, 12)) == 11  # 4 + 11 + one free slot = 16
-    assert sched.batch_cap(running(10, 5)) == 5
+    assert sched.batch_cap(running(5, 11)) == 11  # 5 people + 11 batch jobs = 16 slots
+    assert sched.batch_cap(running(10, 5)) == 6
     assert sched.batch_cap(running(16, 0)) == 0
     small = scheduler(SlotShares(4, 1, 1))
     for job in ("b0", "b1", "i0"):
         small.message_received(job, BATCH if job[0] == "b" else INTER)
-    # One person holds the one reserved slot: 2 batch jobs + 1 person + 1 free slot.
+    # One person in the one reserved slot: batch may still take the last slot.
+    assert reads(small) == NOTHING
+    small.message_received("i1", INTER)
     assert reads(small) == pause(BATCH)
+
+
+def test_people_in_every_slot_leave_the_next_person_to_another_worker() -> None:
+    sched = scheduler(SlotShares(4, 1, 0))
+    for job in ("i0", "i1", "i2"):
+        sched.message_received(job, INTER)
+    assert reads(sched, batch_waiting=False) == NOTHING  # one slot left, for anyone
+    # The worker's thread beyond its slots is for displacing a batch job; with none
+    # to displace, the message would wait here instead of on a worker with room.
+    sched.message_received("i3", INTER)
+    assert reads(sched, batch_waiting=False) == pause(BATCH, INTER)
+    sched.job_ended("i0")
+    assert reads(sched, batch_waiting=False) == resume(BATCH, INTER)
 
 
 def test_interactive_pauses_to_leave_batch_its_minimum_only_while_batch_waits() -> None:
@@ -316,10 +331,11 @@ def test_the_tier_s_slos_steer_the_share_between_its_minimum_and_maximum() -> No
 def test_each_interactive_message_asks_batch_to_give_way() -> None:
     sched = scheduler(SlotShares(4, 1, 1))
     assert sched.message_received("b0", BATCH) is None
-    # No smaller share, but people past their one reserved slot: one slot stays free
-    # for the next person (4 slots: 1 person -> batch keeps 2, 2 people -> 1).
-    assert sched.message_received("i0", INTER) == GiveWay(keep=2)
-    assert sched.message_received("i1", INTER) == GiveWay(keep=1)
+    # No smaller share, but people past their one reserved slot: batch keeps what they
+    # leave (4 slots: 1 person -> batch keeps 3, 2 people -> 2, 3 people -> 1).
+    assert sched.message_received("i0", INTER) == GiveWay(keep=3)
+    assert sched.message_received("i1", INTER) == GiveWay(keep=2)
+    assert sched.message_received("i2", INTER) == GiveWay(keep=1)
 
 
 def test_the_youngest_batch_jobs_beyond_the_share_give_way() -> None:

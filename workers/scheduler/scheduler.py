@@ -14,7 +14,8 @@ The rules, each kept in one place:
 - **Slots.** Batch jobs hold at most ``shares.batch_max`` slots; while interactive work
   is about (runs, or ran in the last ``interactive_hold_s``) batch holds what the SLO
   leaves (``slo_share``) or the tier's fixed share; once people hold their reserved
-  slots, batch keeps one slot free for the next person; while batch jobs wait,
+  slots, batch holds what they leave (the next person's message is read on a job
+  thread beyond the slots, and displaces a batch job then); while batch jobs wait,
   interactive work leaves them ``batch_min`` slots (``read_queues``).
 - **Turns.** Where batch pauses for people, one batch job may run after
   ``batch_max_pause_s`` without batch progress (``workers.scheduler.turns``).
@@ -293,13 +294,11 @@ class Scheduler:
             cap = min(self.slo_share.share(), self.shares.batch_max)
         else:
             cap = self.shares.batch_cap(about)
-        interactive = running[Priority.INTERACTIVE]
-        if interactive >= self.shares.reserved_interactive:
-            # People past their reserved slots: batch keeps one slot free for the next
-            # person, whose message is not even read while every slot is taken (the
-            # wait before the claim, in the queue, that no share of the SLO can see).
-            cap = min(cap, max(self.shares.slots - interactive - 1, 0))
-        return cap
+        # People past their reserved slots: batch holds what they leave of the slots.
+        # The next person's message is still read (the worker runs a job thread beyond
+        # its slots: ``SlotShares.threads``), and the batch job it displaces gives way
+        # then, not before.
+        return min(cap, max(self.shares.slots - running[Priority.INTERACTIVE], 0))
 
     def interactive_about(self, running: dict[Priority, int]) -> bool:
         """Interactive work runs, or ended less than ``interactive_hold_s`` ago.

@@ -1,9 +1,10 @@
 """How a worker's slots are shared between interactive and batch work.
 
-A worker has N slots (its Celery concurrency). Batch jobs may hold at most N - K of
-them, so K are always free for an interactive job, which then starts at once even
-during a batch flood. Interactive work may hold every slot, except that while batch
-jobs wait it leaves ``batch_min`` slots to them: batch work always progresses.
+A worker has N slots (the sequences its engine runs at once); it runs one job thread
+more (``SlotShares.threads``). Batch jobs may hold at most N - K of the slots, so K are
+always free for an interactive job, which then starts at once even during a batch
+flood. Interactive work may hold every slot, except that while batch jobs wait it
+leaves ``batch_min`` slots to them: batch work always progresses.
 
 While interactive work is about, batch holds the share the interactive SLO leaves it
 (``workers.scheduler.slo_share``), or a fixed share where the tier sets one.
@@ -46,6 +47,13 @@ class SlotShares:
         return self.slots - self.reserved_interactive
 
     @property
+    def threads(self) -> int:
+        """The worker's job threads (the messages it may hold): one beyond its slots, so
+        a person's message is read while every slot is taken (the batch job it displaces
+        gives way then, rather than a slot standing empty in case a person comes)."""
+        return self.slots + 1
+
+    @property
     def batch_pauses(self) -> bool:
         """Batch holds no slot while interactive work is about."""
         return self.batch_under_interactive == 0
@@ -74,6 +82,10 @@ class SlotShares:
             batch_cap = self.batch_cap(interactive_about)
         if running[Priority.BATCH] >= batch_cap:
             paused.add(Priority.BATCH)
+        if running[Priority.INTERACTIVE] >= self.slots:
+            # No batch job left to displace: the thread beyond the slots would only hold
+            # the message from another worker.
+            paused.add(Priority.INTERACTIVE)
         # A minimum batch may not use now (it pauses) keeps no slot from interactive work.
         batch_short = running[Priority.BATCH] < min(self.batch_min, batch_cap)
         if batch_waiting and batch_short and self.crowded(running):
@@ -89,7 +101,7 @@ def slot_shares(config: TierConfig, slots: int) -> SlotShares:
     """The tier's shares for a worker of ``slots`` slots (``--concurrency`` may differ).
 
     By default an eighth of the slots (at least one) is kept for interactive work (past
-    it, batch keeps one slot free for the next person: ``Scheduler.batch_cap``), and
+    it, batch holds what people leave: ``Scheduler.batch_cap``), and
     batch's share while interactive work is about is left to the SLO
     (``batch_under_interactive`` None); ``batch_slots_under_interactive`` fixes it.
     """
