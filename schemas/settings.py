@@ -64,7 +64,7 @@ class TierConfig(BaseModel):
     reserved_interactive_slots: int | None = Field(
         default=None,
         ge=0,
-        description="slots batch work may never take; None: an eighth of the slots, at least 1",
+        description="slots batch work may never take; None: a sixteenth of the slots, at least 1",
     )
     batch_min_slots: int = Field(
         default=1, ge=0, description="slots interactive work leaves to waiting batch work"

@@ -82,9 +82,10 @@ def test_interactive_leaves_the_batch_minimum_only_while_batch_waits() -> None:
     assert shares.paused(running(7, 1), batch_waiting=True) == set()
 
 
-def test_default_shares_keep_an_eighth_for_interactive_work() -> None:
+def test_default_shares_keep_a_sixteenth_for_interactive_work() -> None:
     # No fixed share under interactive work: the SLO steers it.
-    assert slot_shares(TierConfig(), 16) == SlotShares(16, 2, 1)
+    assert slot_shares(TierConfig(), 32) == SlotShares(32, 2, 1)
+    assert slot_shares(TierConfig(), 16) == SlotShares(16, 1, 1)
     assert slot_shares(TierConfig(), 8) == SlotShares(8, 1, 1)
     assert slot_shares(TierConfig(), 2) == SlotShares(2, 1, 1)
     assert slot_shares(TierConfig(), 1) == SlotShares(1, 0, 1)
@@ -97,7 +98,7 @@ def test_default_shares_keep_an_eighth_for_interactive_work() -> None:
         ),
         4,
     ) == SlotShares(4, 3, 0, batch_under_interactive=0)
-    assert slot_shares(TierConfig(batch_slots_under_interactive=99), 16).batch_cap(True) == 14
+    assert slot_shares(TierConfig(batch_slots_under_interactive=99), 16).batch_cap(True) == 15
 
 
 def test_batch_holds_a_smaller_share_while_interactive_work_is_about() -> None:
@@ -322,7 +323,7 @@ def test_the_tier_s_slos_steer_the_share_between_its_minimum_and_maximum() -> No
         clock=lambda: 0.0,
     )
     assert share is not None
-    assert (share.low, share.high, share.ttft_slo_s, share.itl_slo_s) == (1, 14, 0.5, 0.1)
+    assert (share.low, share.high, share.ttft_slo_s, share.itl_slo_s) == (1, 15, 0.5, 0.1)
 
 
 # Making batch give way.

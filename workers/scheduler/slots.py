@@ -100,14 +100,15 @@ class SlotShares:
 def slot_shares(config: TierConfig, slots: int) -> SlotShares:
     """The tier's shares for a worker of ``slots`` slots (``--concurrency`` may differ).
 
-    By default an eighth of the slots (at least one) is kept for interactive work (past
-    it, batch holds what people leave: ``Scheduler.batch_cap``), and
+    By default a sixteenth of the slots (at least one) is kept for interactive work
+    (past it, batch holds what people leave, and a person arriving while every slot is
+    taken displaces a batch job: ``Scheduler.batch_cap``), and
     batch's share while interactive work is about is left to the SLO
     (``batch_under_interactive`` None); ``batch_slots_under_interactive`` fixes it.
     """
     reserved = config.reserved_interactive_slots
     if reserved is None:
-        reserved = max(1, slots // 8)
+        reserved = max(1, slots // 16)
     reserved = min(reserved, slots - 1)
     batch_max = slots - reserved
     batch_min = min(config.batch_min_slots, batch_max)
