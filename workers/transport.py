@@ -177,16 +177,12 @@ class TolerantChannel(kombu_redis.Channel):
         if not headers.get(TO_FRONT_HEADER):
             super()._put(queue, message, **kwargs)  # type: ignore[no-untyped-call]
             return
-        # kombu pushes on the left and pops on the right: the right is the front.
+        # kombu pushes on the left and pops on the right: the right is the front. (A
+        # publish batch, which only defers kombu's push, is not used for this one.)
         priority = self._get_message_priority(message, reverse=False)  # type: ignore[no-untyped-call]
         key = self._q_for_pri(queue, priority)  # type: ignore[no-untyped-call]
-        entry = dumps(message)  # type: ignore[no-untyped-call]
-        batch = kwargs.get("_publish_batch")
-        if batch is not None:
-            batch.add("rpush", key, entry)
-            return
         with self.conn_or_acquire() as client:
-            client.rpush(key, entry)
+            client.rpush(key, dumps(message))  # type: ignore[no-untyped-call]
 
     def _brpop_read(self, **options: Any) -> bool:
         try:
