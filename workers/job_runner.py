@@ -36,6 +36,7 @@ from workers.jobs import (
 from workers.publisher import StreamPublisher
 from workers.received_starts import EarlyStart, JobHint
 from workers.running_jobs import RunningJob, StopReason
+from workers.scheduler import InterTokenWindows
 from workers.scheduler_driver import Ticket, handing_over
 from workers.worker_runtime import WorkerRuntime
 
@@ -188,11 +189,12 @@ def _finish(
     record_service_ms(runtime, timings.total_ms - timings.queue_wait_ms)
     if claimed.priority == Priority.INTERACTIVE and timings.engine_ttft_ms is not None:
         runtime.scheduling.scheduler.interactive_finished(timings.engine_ttft_ms / 1000.0)
-    if claimed.priority == Priority.INTERACTIVE and timings.ttft_ms is not None:
-        tokens = usage.completion_tokens
-        if generation.choices:  # generated side by side: a token's time is one choice's
-            tokens //= len(generation.choices)
-        if tokens > 1:
+    if generation.choices and claimed.priority == Priority.INTERACTIVE:
+        # Choices generated side by side are observed once, as they end (a single
+        # answer is observed while it streams: ``generate``); a token's time is one
+        # choice's.
+        tokens = usage.completion_tokens // len(generation.choices)
+        if tokens > 1 and timings.ttft_ms is not None:
             runtime.interactive_inter_token(
                 (timings.total_ms - timings.ttft_ms) / (tokens - 1) / 1000.0
             )
@@ -289,8 +291,10 @@ def generate(
         return generation
     # Elapsed time is measured on the monotonic clock from the claim on.
     claim_offset_ms = claimed.queue_wait_ms
+    windows = _inter_token_windows(runtime, claimed)
     try:
         for delta in started.deltas:
+            windows.arrived(time.monotonic(), delta.completion_tokens)
             if started.ticket is not None:
                 # The first delta comes at the first token, text or not (a batch
                 # answer's first delta is empty): the prompt is through prefill.
@@ -314,6 +318,7 @@ def generate(
             generation.finish_reason = delta.finish_reason or generation.finish_reason
         if running.reason is StopReason.YIELDED and generation.finish_reason is None:
             _keep_held(started, publisher, generation)
+        windows.finished()
     finally:
         started.deltas.close()
         if started.ticket is not None:
@@ -324,6 +329,14 @@ def generate(
         system_prompt=started.request.system_prompt,
     )
     return generation
+
+
+def _inter_token_windows(runtime: WorkerRuntime, claimed: ClaimedJob) -> InterTokenWindows:
+    """The windows an interactive stream's time between tokens is observed in (against
+    the SLO: ``WorkerRuntime.interactive_inter_token``); a batch job's go nowhere."""
+    if claimed.priority == Priority.INTERACTIVE:
+        return InterTokenWindows(runtime.interactive_inter_token)
+    return InterTokenWindows(lambda _seconds: None)
 
 
 def _keep_held(started: _Started, publisher: StreamPublisher, generation: Generation) -> None:

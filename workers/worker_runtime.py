@@ -61,6 +61,6 @@ class WorkerRuntime:
         self.scheduling.give_way(decision, self.running)
 
     def interactive_inter_token(self, seconds: float) -> None:
-        """A finished interactive request's mean time between tokens."""
+        """An interactive stream's mean time between tokens over a window of it."""
         decision = self.scheduling.scheduler.inter_token_measured(seconds)
         self.scheduling.give_way(decision, self.running)

@@ -34,7 +34,7 @@ from workers.engine.base import (
 )
 from workers.engine.vllm import merged_deltas
 from workers.job_runner import run_job
-from workers.scheduler import Scheduler, SlotShares
+from workers.scheduler import Scheduler, SloShare, SlotShares
 from workers.scheduler_driver import SchedulerDriver
 from workers.worker_runtime import WorkerRuntime
 
@@ -387,6 +387,44 @@ def test_a_batch_job_reaches_the_engine_only_after_an_interactive_first_token(
     assert (first, second) == (INTERACTIVE_PRIORITY, BACKGROUND_PRIORITY)
     assert batch_at - interactive_at >= 0.25
     assert statuses == (JobStatus.DONE, JobStatus.DONE)
+
+
+class SlowTokensEngine(ScriptedEngine):
+    """A scripted engine whose tokens come ``delay_s`` apart, noting batch's share of
+    ``share`` as it sends its last token."""
+
+    def __init__(self, chunks: Sequence[str], *, delay_s: float, share: SloShare) -> None:
+        super().__init__(chunks, delay_s=delay_s)
+        self.share = share
+        self.cuts_before_last: int | None = None
+
+    def deltas(
+        self, options: SamplingOptions, request_id: str, stop: threading.Event | None
+    ) -> Iterator[Delta]:
+        for delta in super().deltas(options, request_id, stop):
+            if delta.finished:
+                self.cuts_before_last = self.share.cuts
+            yield delta
+
+
+def test_slow_tokens_cut_batchs_share_while_the_answer_still_streams(
+    integration_settings: Settings,
+) -> None:
+    """Twelve tokens 50 ms apart against an inter-token SLO of 40 ms: the first window of
+    tokens is over the SLO, and the share is cut before the answer ends, not after."""
+    share = SloShare(low=1, high=4, ttft_slo_s=10.0, itl_slo_s=0.04, clock=time.monotonic)
+    engine = SlowTokensEngine([f"t{i} " for i in range(12)], delay_s=0.05, share=share)
+    runtime = replace(
+        runtime_for(integration_settings, engine),
+        scheduling=SchedulerDriver(Scheduler(SlotShares(6, 1, 1), slo_share=share)),
+    )
+    request = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 12}
+    with Client(integration_settings) as client:
+        person = client.submit(request, priority="interactive")
+        run_job(runtime, person.job_id)
+        assert client.status(person.job_id) is JobStatus.DONE
+    assert engine.cuts_before_last == 1
+    assert share.share() == 2  # cut once from 4 (the hold after it kept it there)
 
 
 def test_a_batch_job_frees_its_prefill_place_at_its_first_token(

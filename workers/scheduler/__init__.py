@@ -12,6 +12,8 @@ before a batch start, first-token tickets, halting batch jobs that give way).
 - :mod:`~workers.scheduler.slots`: how slots are shared between priorities.
 - :mod:`~workers.scheduler.slo_share`: batch's share while people wait, steered
   against the interactive SLO.
+- :mod:`~workers.scheduler.inter_tokens`: an interactive stream's time between
+  tokens, in windows observed while it streams.
 - :mod:`~workers.scheduler.turns`: batch's turns where it pauses for people.
 - :mod:`~workers.scheduler.give_way`: which running batch jobs give way.
 - :mod:`~workers.scheduler.holders`, :mod:`~workers.scheduler.first_tokens`: the
@@ -21,16 +23,19 @@ before a batch start, first-token tickets, halting batch jobs that give way).
 from workers.scheduler.decisions import GiveWay, Hold, HoldReason, ReadQueues, Requeue, Run
 from workers.scheduler.first_tokens import MIN_RECENT_FIRST_TOKENS, RecentFirstTokens
 from workers.scheduler.give_way import giving_way
+from workers.scheduler.inter_tokens import ITL_WINDOW_TOKENS, InterTokenWindows
 from workers.scheduler.interface import SchedulerInterface
 from workers.scheduler.scheduler import Scheduler, WaitBounds, steered_share
 from workers.scheduler.slo_share import ShareChange, ShareTuning, SloShare
 from workers.scheduler.slots import SlotShares, slot_shares
 
 __all__ = [
+    "ITL_WINDOW_TOKENS",
     "MIN_RECENT_FIRST_TOKENS",
     "GiveWay",
     "Hold",
     "HoldReason",
+    "InterTokenWindows",
     "ReadQueues",
     "RecentFirstTokens",
     "Requeue",

@@ -260,8 +260,8 @@ class Scheduler:
         return self._give_way_on(self.slo_share.first_token(seconds))
 
     def inter_token_measured(self, seconds: float) -> GiveWay | None:
-        """A finished interactive request's mean time between tokens, as
-        ``first_token_measured``."""
+        """An interactive stream's mean time between tokens over a window of it
+        (``workers.scheduler.inter_tokens``), as ``first_token_measured``."""
         if self.slo_share is None:
             return None
         return self._give_way_on(self.slo_share.inter_token(seconds))

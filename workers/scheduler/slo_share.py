@@ -3,8 +3,9 @@
 Batch work should take everything the interactive SLO leaves. The share is steered by
 what interactive requests measure, in the manner of AIMD congestion control:
 
-- each interactive first token (and each finished request's mean inter-token time)
-  is an observation against the tier's SLO;
+- each interactive first token, and each interactive stream's mean inter-token time
+  over a window of a few tokens (``workers.scheduler.inter_tokens``), is an
+  observation against the tier's SLO;
 - an observation under ``grow_below`` of the SLO grows the share by one slot, at most
   one each ``grow_every_s``: slowly, since each extra batch sequence makes every engine
   step a little longer, and only on evidence (no request, no growth);
@@ -115,8 +116,8 @@ class SloShare:
         return self._observe(seconds, seconds / self.ttft_slo_s)
 
     def inter_token(self, seconds: float) -> ShareChange | None:
-        """A finished interactive request's mean time between tokens; the cut it
-        caused, if any."""
+        """An interactive stream's mean time between tokens over a window of it (or
+        over its whole answer); the cut it caused, if any."""
         return self._observe(seconds, seconds / self.itl_slo_s)
 
     def snapshot(self) -> dict[str, float | int]:
