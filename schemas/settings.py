@@ -188,6 +188,14 @@ class Settings(BaseSettings):
         description="on a CPU engine, workers keep their own threads off the cores vLLM "
         "computes on (workers.cpu_pinning)",
     )
+    engine_core_nice: int = Field(
+        default=10,
+        ge=0,
+        le=19,
+        description="on a CPU engine, the niceness workers give the main thread of vLLM's "
+        "engine-core process, which waits out each model step spinning on the core the "
+        "engine leaves free (workers.cpu_pinning); 0 leaves it as vLLM starts it",
+    )
     prefill_prompts: bool = Field(
         default=True,
         description="workers put their tier's system prompts in the prefix cache before "

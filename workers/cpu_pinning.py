@@ -11,7 +11,12 @@ vLLM's engine-core process is left where the OS puts it, as vLLM's own server le
 it. Moved onto the free cores too, it would share a core with the worker's threads,
 and it must run at the end of every step to start the next one (the measurements
 behind this are in docs/architecture.md, "The worker's threads stay off the engine's
-compute cores").
+compute cores"). But its main thread waits out each model step spinning, on a free
+core, where it takes half the core from every thread of the queue woken beside it (the
+worker's, the gateway's, Redis's). So that thread alone is made nicer
+(``ease_engine_core``): it still gets the core whenever nothing else wants it, and the
+queue's threads get it first. The engine core's input and output threads, which carry
+requests in and tokens out, keep their priority.
 """
 
 from __future__ import annotations
@@ -80,6 +85,37 @@ def pin_off_compute_cores() -> Pinning | None:
         free,
     )
     return plan
+
+
+ENGINE_CORE_TITLE = "VLLM::EngineCor"
+"""The title vLLM gives its engine-core process, as the kernel keeps it (15 characters)."""
+
+
+def ease_engine_core(nice: int) -> list[int]:
+    """On a CPU engine (one ``plan_pinning`` splits), set the main thread of vLLM's
+    engine-core process (a child of this process, left on every core) to ``nice``.
+    Returns the processes eased: none on a GPU, where vLLM bound nothing, or where the
+    OS refused."""
+    me = psutil.Process()
+    try:
+        children = me.children(recursive=True)
+        if plan_pinning(me.cpu_affinity(), [child.cpu_affinity() for child in children]) is None:
+            return []
+        cores = me.cpu_affinity()
+        eased = [
+            child.pid
+            for child in children
+            if child.name().startswith(ENGINE_CORE_TITLE) and child.cpu_affinity() == cores
+        ]
+        for pid in eased:
+            # The process's id is its main thread's: the one that spins.
+            os.setpriority(os.PRIO_PROCESS, pid, nice)
+    except (psutil.Error, OSError) as exc:
+        log.warning("could not ease the engine core's wait (%s)", exc)
+        return []
+    if eased:
+        log.info("the engine core's main thread (process %s) runs at nice %d", eased, nice)
+    return eased
 
 
 @contextlib.contextmanager

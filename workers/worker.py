@@ -26,7 +26,7 @@ from workers.append_combiner import AppendCombiner
 from workers.background import BackgroundLoop
 from workers.consume import consume, job_sender, reaper_thread
 from workers.consumer_step import ConsumerDriver, install_driver
-from workers.cpu_pinning import pin_off_compute_cores
+from workers.cpu_pinning import ease_engine_core, pin_off_compute_cores
 from workers.deferred_writes import DeferredWrites
 from workers.engine.vllm import VllmEngine
 from workers.engine_watch import EngineWatch
@@ -120,9 +120,8 @@ def run_worker(settings: Settings, options: WorkerOptions) -> int:
             model_path=model_path, config=tier_config, timeout_s=timeouts.engine_start_s
         )
         resources.callback(engine.shutdown)
-        if settings.pin_worker_cpus:
-            # Before the job threads start: they inherit the main thread's cores.
-            pin_off_compute_cores()
+        # Before the job threads start: they inherit the main thread's cores.
+        _settle_beside_engine(settings)
         # Leave the registry before the engine goes (withdraw is idempotent).
         resources.callback(registration.withdraw)
         app = make_app(settings, worker_id=worker_id)
@@ -210,6 +209,15 @@ def _helpers(runtime: WorkerRuntime, app: LlmqCelery) -> list[BackgroundLoop]:
         reaper_thread(app, runtime.settings, runtime.sessions, runtime.redis),
         runtime.deferred,
     ]
+
+
+def _settle_beside_engine(settings: Settings) -> None:
+    """On a CPU engine: this process's threads off its compute cores, and its engine
+    core's spinning wait made nicer (``workers.cpu_pinning``), as the settings ask."""
+    if settings.pin_worker_cpus:
+        pin_off_compute_cores()
+    if settings.engine_core_nice:
+        ease_engine_core(settings.engine_core_nice)
 
 
 def _scheduler(settings: Settings, tier: Tier, served: TierConfig, slots: int) -> Scheduler:

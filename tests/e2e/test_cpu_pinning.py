@@ -1,5 +1,5 @@
 """The worker's threads stay off the cores its CPU engine computes on; vLLM's engine
-core is left where the OS puts it."""
+core is left where the OS puts it, its spinning main thread made nicer."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 
 import psutil
 
+from schemas.settings import Settings
 from workers.worker import worker_pid
 
 
@@ -30,3 +31,19 @@ def test_the_worker_runs_off_the_engines_compute_cores(worker: str) -> None:
 
 def _threads_cores(pid: int) -> set[frozenset[int]]:
     return {frozenset(os.sched_getaffinity(int(tid))) for tid in os.listdir(f"/proc/{pid}/task")}
+
+
+def test_only_the_engine_cores_main_thread_is_made_nicer(
+    worker: str, e2e_settings: Settings
+) -> None:
+    process = psutil.Process(worker_pid(worker))
+    cores = [c for c in process.children(True) if c.name().startswith("VLLM::EngineCor")]
+    assert len(cores) == 1, f"no single engine core among {process.children(True)}"
+    core = cores[0]
+    niceness = {
+        int(tid): os.getpriority(os.PRIO_PROCESS, int(tid))
+        for tid in os.listdir(f"/proc/{core.pid}/task")
+    }
+    assert niceness.pop(core.pid) == e2e_settings.engine_core_nice > 0
+    # Its input and output threads carry requests in and tokens out at once.
+    assert niceness and set(niceness.values()) == {0}, niceness

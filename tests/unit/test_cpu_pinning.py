@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 
-from workers.cpu_pinning import Pinning, kept_off_compute_cores, plan_pinning
+from workers.cpu_pinning import Pinning, ease_engine_core, kept_off_compute_cores, plan_pinning
 
 
 def test_the_worker_leaves_the_cores_vllm_bound_its_compute_threads_to() -> None:
@@ -51,3 +51,56 @@ def test_a_bench_process_gets_its_cores_back_after_driving_an_engine() -> None:
         stop.set()
         child.kill()
         child.wait()
+
+
+# A child titled as vLLM titles its engine core (prctl PR_SET_NAME names the calling
+# thread), with a second thread of its own.
+ENGINE_CORE_STAND_IN = """
+import ctypes, threading, time
+ctypes.CDLL(None).prctl(15, b"VLLM::EngineCore", 0, 0, 0)
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+print("up", flush=True)
+time.sleep(60)
+"""
+
+
+def _start(script: str) -> subprocess.Popen[str]:
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline() == "up\n"
+    return child
+
+
+def _niceness(pid: int) -> dict[int, int]:
+    tasks = os.listdir(f"/proc/{pid}/task")
+    return {int(tid): os.getpriority(os.PRIO_PROCESS, int(tid)) for tid in tasks}
+
+
+def test_the_engine_cores_main_thread_alone_is_made_nicer_beside_a_cpu_engine() -> None:
+    cores = sorted(os.sched_getaffinity(0))
+    assert len(cores) >= 2, "this test needs two cores"
+    compute = _start("import time; print('up', flush=True); time.sleep(60)")
+    core = _start(ENGINE_CORE_STAND_IN)
+    base = os.getpriority(os.PRIO_PROCESS, 0)  # what the children inherited
+    nicer = min(19, base + 7)
+    try:
+        os.sched_setaffinity(compute.pid, {cores[0]})  # vLLM's compute worker
+        assert ease_engine_core(nicer) == [core.pid]
+        niceness = _niceness(core.pid)
+        assert niceness.pop(core.pid) == nicer
+        assert niceness and set(niceness.values()) == {base}  # its other threads keep theirs
+        assert set(_niceness(compute.pid).values()) == {base}
+    finally:
+        for child in (compute, core):
+            child.kill()
+            child.wait()
+
+
+def test_no_engine_core_is_touched_where_vllm_bound_nothing() -> None:
+    core = _start(ENGINE_CORE_STAND_IN)  # a GPU engine's: no compute worker bound
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    try:
+        assert ease_engine_core(min(19, base + 7)) == []
+        assert set(_niceness(core.pid).values()) == {base}
+    finally:
+        core.kill()
+        core.wait()
