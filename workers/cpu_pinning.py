@@ -92,20 +92,20 @@ ENGINE_CORE_TITLE = "VLLM::EngineCor"
 
 
 def ease_engine_core(nice: int) -> list[int]:
-    """On a CPU engine (one ``plan_pinning`` splits), set the main thread of vLLM's
-    engine-core process (a child of this process, left on every core) to ``nice``.
+    """On a CPU engine (where ``plan_pinning`` splits the engine core's cores), set the
+    main thread of vLLM's engine-core process (a child of this process) to ``nice``.
     Returns the processes eased: none on a GPU, where vLLM bound nothing, or where the
     OS refused."""
-    me = psutil.Process()
     try:
-        children = me.children(recursive=True)
-        if plan_pinning(me.cpu_affinity(), [child.cpu_affinity() for child in children]) is None:
-            return []
-        cores = me.cpu_affinity()
+        children = psutil.Process().children(recursive=True)
+        cores = {child.pid: child.cpu_affinity() for child in children}
+        # Split against the engine core's own cores, not this process's: the worker
+        # may have moved itself off the compute cores already.
         eased = [
             child.pid
             for child in children
-            if child.name().startswith(ENGINE_CORE_TITLE) and child.cpu_affinity() == cores
+            if child.name().startswith(ENGINE_CORE_TITLE)
+            and plan_pinning(cores[child.pid], cores.values()) is not None
         ]
         for pid in eased:
             # The process's id is its main thread's: the one that spins.
