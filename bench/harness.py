@@ -23,7 +23,7 @@ from schemas.jobs import JobResult
 from schemas.progress import ProgressBar
 from schemas.queues import Tier
 from schemas.settings import Settings
-from workers.cpu_pinning import kept_off_compute_cores
+from workers.cpu_pinning import ease_engine_core, kept_off_compute_cores
 from workers.engine.base import EngineRequest, SamplingOptions
 from workers.engine.vllm import VllmEngine
 from workers.models import resolve_model
@@ -154,9 +154,12 @@ def engine_only(
                 config=config,
             )
         try:
-            # Where the worker keeps itself off the engine's compute cores, so does the
-            # process that drives the engine directly: both sides alike.
+            # Where the worker keeps itself off the engine's compute cores and eases its
+            # engine core's wait, so does the process that drives the engine directly:
+            # both sides alike.
             with kept_off_compute_cores() if settings.pin_worker_cpus else contextlib.nullcontext():
+                if settings.engine_core_nice:
+                    ease_engine_core(settings.engine_core_nice)
                 yield engine
         finally:
             engine.shutdown()

@@ -6,8 +6,8 @@ slots. Only one engine is up at a time (an idle vLLM engine's threads spin and w
 slow the other side on a small host), so the sides alternate in blocks (A B, B A...:
 ``bench.harness.in_block_order``), each starting its engine afresh. This process
 runs with the worker's GIL switch interval, so both sides hop threads alike, and keeps
-its threads off the engine's compute cores while its engine is up, as the worker does
-(``pin_worker_cpus``).
+its threads off the engine's compute cores while its engine is up and eases its engine
+core's wait, as the worker does (``pin_worker_cpus``, ``engine_core_nice``).
 """
 
 from __future__ import annotations
