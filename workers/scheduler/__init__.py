@@ -23,14 +23,13 @@ before a batch start, first-token tickets, halting batch jobs that give way).
 from workers.scheduler.decisions import GiveWay, Hold, HoldReason, ReadQueues, Requeue, Run
 from workers.scheduler.first_tokens import MIN_RECENT_FIRST_TOKENS, RecentFirstTokens
 from workers.scheduler.give_way import giving_way
-from workers.scheduler.inter_tokens import ITL_WINDOW_TOKENS, InterTokenWindows
+from workers.scheduler.inter_tokens import InterTokenWindows
 from workers.scheduler.interface import SchedulerInterface
 from workers.scheduler.scheduler import Scheduler, WaitBounds, steered_share
 from workers.scheduler.slo_share import ShareChange, ShareTuning, SloShare
 from workers.scheduler.slots import SlotShares, slot_shares
 
 __all__ = [
-    "ITL_WINDOW_TOKENS",
     "MIN_RECENT_FIRST_TOKENS",
     "GiveWay",
     "Hold",
