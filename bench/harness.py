@@ -158,8 +158,7 @@ def engine_only(
             # engine core's wait, so does the process that drives the engine directly:
             # both sides alike.
             with kept_off_compute_cores() if settings.pin_worker_cpus else contextlib.nullcontext():
-                if settings.engine_core_nice:
-                    ease_engine_core(settings.engine_core_nice)
+                ease_engine_core(settings.engine_core_nice)
                 yield engine
         finally:
             engine.shutdown()

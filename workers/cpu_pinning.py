@@ -94,8 +94,10 @@ ENGINE_CORE_TITLE = "VLLM::EngineCor"
 def ease_engine_core(nice: int) -> list[int]:
     """On a CPU engine (where ``plan_pinning`` splits the engine core's cores), set the
     main thread of vLLM's engine-core process (a child of this process) to ``nice``.
-    Returns the processes eased: none on a GPU, where vLLM bound nothing, or where the
-    OS refused."""
+    Returns the processes eased: none for ``nice`` 0 (the thread is left as vLLM
+    started it), on a GPU, where vLLM bound nothing, or where the OS refused."""
+    if not nice:
+        return []
     try:
         children = psutil.Process().children(recursive=True)
         cores = {child.pid: child.cpu_affinity() for child in children}

@@ -216,8 +216,7 @@ def _settle_beside_engine(settings: Settings) -> None:
     core's spinning wait made nicer (``workers.cpu_pinning``), as the settings ask."""
     if settings.pin_worker_cpus:
         pin_off_compute_cores()
-    if settings.engine_core_nice:
-        ease_engine_core(settings.engine_core_nice)
+    ease_engine_core(settings.engine_core_nice)
 
 
 def _scheduler(settings: Settings, tier: Tier, served: TierConfig, slots: int) -> Scheduler:

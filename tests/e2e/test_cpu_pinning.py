@@ -8,6 +8,7 @@ import os
 import psutil
 
 from schemas.settings import Settings
+from workers.cpu_pinning import ENGINE_CORE_TITLE
 from workers.worker import worker_pid
 
 
@@ -37,7 +38,7 @@ def test_only_the_engine_cores_main_thread_is_made_nicer(
     worker: str, e2e_settings: Settings
 ) -> None:
     process = psutil.Process(worker_pid(worker))
-    cores = [c for c in process.children(True) if c.name().startswith("VLLM::EngineCor")]
+    cores = [c for c in process.children(True) if c.name().startswith(ENGINE_CORE_TITLE)]
     assert len(cores) == 1, f"no single engine core among {process.children(True)}"
     core = cores[0]
     niceness = {

@@ -85,6 +85,8 @@ def test_the_engine_cores_main_thread_alone_is_made_nicer_beside_a_cpu_engine() 
     try:
         os.sched_setaffinity(compute.pid, {cores[0]})  # vLLM's compute worker
         with kept_off_compute_cores():  # as the worker moves itself first
+            assert ease_engine_core(0) == []  # 0: left as vLLM started it
+            assert set(_niceness(core.pid).values()) == {base}
             assert ease_engine_core(nicer) == [core.pid]
         niceness = _niceness(core.pid)
         assert niceness.pop(core.pid) == nicer
