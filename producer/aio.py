@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import concurrent.futures
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 
 import redis.asyncio as aioredis
@@ -23,6 +25,30 @@ from schemas.jobs import JobResult, JobStatus
 from schemas.queues import Priority, Tier, event_channel
 from schemas.settings import Settings
 from schemas.tables import Job
+
+
+def _waiter(admitted: asyncio.Future[None]) -> Callable[[], None]:
+    """A blocking wait, for a worker thread, on the loop's ``admitted``: returns when
+    it succeeded, raises what it raised (``CancelledError`` if it was cancelled)."""
+    outcome: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+    def settle(done: asyncio.Future[None]) -> None:
+        if done.cancelled():
+            outcome.set_exception(concurrent.futures.CancelledError())
+        elif (error := done.exception()) is not None:
+            outcome.set_exception(error)
+        else:
+            outcome.set_result(None)
+
+    admitted.add_done_callback(settle)
+    return outcome.result
+
+
+async def _settled(admitted: asyncio.Future[None]) -> None:
+    """Wait for ``admitted`` to end, whatever it ends with (the submit's own error is
+    the one raised)."""
+    with contextlib.suppress(BaseException):
+        await asyncio.shield(admitted)
 
 
 class AsyncClient:
@@ -46,12 +72,20 @@ class AsyncClient:
         request: RequestLike,
         *,
         subscribe: bool = False,
+        admission: Awaitable[None] | None = None,
         **options: Unpack[SubmitOptions],
     ) -> AsyncJobHandle:
         """See :meth:`producer.client.Client.submit`, whose enqueue options
         (:class:`~producer.client.SubmitOptions`) it takes by name, ``subscribe``
-        included: read the handle's events or ``await handle.aclose()``."""
+        included: read the handle's events or ``await handle.aclose()``.
+
+        ``admission`` is awaited on the loop while the request is validated and routed
+        (its round trips overlap that work); nothing is written or sent until it has
+        succeeded, and what it raises is the submit's. It is awaited to its end
+        however the submit ends.
+        """
         job_id = new_job_id()
+        admitted = asyncio.ensure_future(admission) if admission is not None else None
         # Subscribed on the loop while the thread sends the message; the thread waits
         # for the confirmation only before the row (nothing is published sooner).
         confirming = self._subscriptions.confirming(event_channel(job_id)) if subscribe else None
@@ -63,11 +97,14 @@ class AsyncClient:
                     **options,
                     job_id=job_id,
                     before_row=confirming.wait_confirmed if confirming else None,
+                    before_send=_waiter(admitted) if admitted is not None else None,
                 )
             )
         except BaseException:
             if confirming is not None:
                 await confirming.give_back()
+            if admitted is not None:
+                await _settled(admitted)
             raise
         early = await confirming.take() if confirming is not None else None
         if early is not None and handle.job_id != job_id:  # a replay: another job's stream

@@ -88,8 +88,7 @@ class SubmitOptions(EmbedOptions, total=False):
     conversation_id: str | None
 
 
-def _nothing() -> None:
-    pass
+def _nothing() -> None: ...
 
 
 class Client:
@@ -141,6 +140,7 @@ class Client:
         job_id: str | None = None,
         subscribe: bool = False,
         before_row: Callable[[], None] | None = None,
+        before_send: Callable[[], None] | None = None,
     ) -> JobHandle:
         """Validate, route, record and enqueue ``request``; return at once with a handle.
 
@@ -172,10 +172,11 @@ class Client:
         worker hands the job to its engine (``handle.events`` uses it; read them or
         ``handle.close()``); the SUBSCRIBE goes out first and its confirmation is read
         just before the row is written, so its round trip overlaps the message's.
-        ``before_row`` is called right before the job's row is written (for a caller
-        that subscribes by other means, as the asyncio client does). Raises
-        ``InvalidRequest``, ``PromptTooLong``, ``IdempotencyConflict``, ``QueueFull``,
-        ``NoWarmWorker``, ``BrokerUnavailable`` or ``DatabaseUnavailable``.
+        ``before_row`` is called right before the row is written (for a caller that
+        subscribes by other means, as the asyncio client does), ``before_send`` once the
+        request is routed, before anything is written or sent (its error is the
+        submit's). Raises ``InvalidRequest``, ``PromptTooLong``, ``IdempotencyConflict``,
+        ``QueueFull``, ``NoWarmWorker``, ``BrokerUnavailable`` or ``DatabaseUnavailable``.
         """
         submit = partial(
             self._submit,
@@ -187,6 +188,7 @@ class Client:
             require_warm_worker=require_warm_worker,
             deadline_s=deadline_s,
             conversation_id=conversation_id,
+            before_send=before_send or _nothing,
         )
         if not subscribe:
             return submit(job_id=job_id, before_row=before_row)
@@ -232,6 +234,7 @@ class Client:
         conversation_id: str | None,
         job_id: str | None,
         before_row: Callable[[], None] | None,
+        before_send: Callable[[], None],
     ) -> JobHandle:
         started = time.monotonic()
         if conversation_id is not None:
@@ -249,6 +252,7 @@ class Client:
         )
         if require_warm_worker:
             self._workers.require_warm(submission.decision.tier)
+        before_send()
         prepared = time.monotonic()
         message = self._message_first(submission, job_id)
         before = before_row or _nothing
@@ -260,7 +264,7 @@ class Client:
         if done - started > self.settings.timeouts.slow_submit_log_s:
             # Time a caller waits before its job exists: worth an operator's look.
             log.warning(
-                "slow submit of %s job %s: %.0f ms to validate and route, %.0f ms to "
+                "slow submit of %s job %s: %.0f ms to validate, route and admit, %.0f ms to "
                 "record and enqueue",
                 submission.options.priority,
                 job.id,

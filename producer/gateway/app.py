@@ -20,7 +20,7 @@ from producer.gateway.probe_pacing import ProbePacer
 from producer.gateway.routes.batches import FILES_PATH, add_batch_api
 from producer.gateway.routes.conversations import add_conversation_routes
 from producer.gateway.routes.jobs import add_job_routes
-from producer.gateway.routes.openai import add_openai_routes
+from producer.gateway.routes.openai import ADMITTED_BY_ROUTE, add_openai_routes
 from producer.gateway.routes.probes import add_probe_routes
 from schemas.errors import LlmqError, validation_problems
 from schemas.settings import Settings
@@ -57,7 +57,10 @@ def create_app(
     )
     app.add_middleware(
         FrontDoor,
-        authorize=gateway.keys.authorize if require_keys else None,
+        authorize=gateway.keys.identify if require_keys else None,
+        admit=gateway.keys.admit if require_keys else None,
+        # Their calls are counted against the key's rate while the job is prepared.
+        admitted_by_route=ADMITTED_BY_ROUTE,
         max_body_bytes=settings.max_body_bytes,
         on_error=error_response,
         upload_paths=frozenset({FILES_PATH}),

@@ -8,7 +8,7 @@ lifespan opens and closes its client.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -78,6 +78,13 @@ class GatewayContext:
         if identity is None:  # only if a /v1 route escaped the front door
             raise GatewayError("missing API key: send Authorization: Bearer <key>", UNAUTHORIZED)
         return identity
+
+    @staticmethod
+    def admission(request: Request) -> Awaitable[None] | None:
+        """The call's rate verdict that the front door left to its route, still to be
+        awaited (None: the call was counted before its route, or keys are off)."""
+        admission: Awaitable[None] | None = getattr(request.state, "admission", None)
+        return admission
 
     async def owned_job(self, job_id: str, identity: KeyIdentity | None) -> Job:
         """The job row, if the caller owns it; another key's job does not exist for them."""

@@ -3,11 +3,12 @@
 In this order, for every HTTP request: a ``/v1`` call without a valid key is refused
 (401, or 429 from an address that failed authentication too often; a valid key is
 never refused for its address) and a key over its request rate is refused (429), all
-from the headers alone; then the body is
-read, at most ``max_body_bytes`` of it (413 beyond) and within ``body_timeout_s``
-(408 beyond: a client trickling a body holds nothing for long). Only then does
-FastAPI parse anything, so an unauthenticated or oversized body costs neither parsing
-nor memory.
+from the headers alone; then the body is read, at most ``max_body_bytes`` of it (413
+beyond) and within ``body_timeout_s`` (408 beyond: a client trickling a body holds
+nothing for long). Only then does FastAPI parse anything, so an unauthenticated or
+oversized body costs neither parsing nor memory. On the paths whose route takes the
+rate's verdict itself (``admitted_by_route``), the call is counted while its body is
+read and its job prepared, and the route sends nothing on before the verdict.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ BODY_TIMEOUT_S = 30.0
 Authorize = Callable[[str, str], Awaitable[KeyIdentity | None]]
 """(Authorization header, client address) -> the caller's key; raises GatewayError."""
 
+Admit = Callable[[KeyIdentity], Awaitable[None]]
+"""Counts one call of a key against its rate; raises GatewayError when it is over."""
+
 
 class KeyCheck:
     """Who calls, from the Authorization header: the key check the front door runs,
@@ -70,28 +74,40 @@ class KeyCheck:
         self._keys: dict[str, tuple[KeyIdentity, float]] = {}
 
     async def authorize(self, authorization: str, address: str) -> KeyIdentity:
-        """The key behind an Authorization header; enforces the login and rate limits.
+        """The key behind an Authorization header (``identify``), counted against its
+        rate (``admit``). Raises what those raise."""
+        identity = await self.identify(authorization, address)
+        await self.admit(identity)
+        return identity
 
-        A valid key is always looked at, and admitted (within its own rate) even from an
-        address blocked for failed logins: behind a load balancer or NAT, other clients'
-        bad keys must not lock a tenant out. Only a missing or invalid key from a blocked
-        address is refused with the block.
+    async def identify(self, authorization: str, address: str) -> KeyIdentity:
+        """The key behind an Authorization header; enforces the login limits.
 
-        Raises ``GatewayError``: 429 for a key over its rate, or an invalid key from an
-        address with too many recent failed logins; 401 for a missing or invalid key.
+        A valid key is always looked at, and accepted even from an address blocked for
+        failed logins: behind a load balancer or NAT, other clients' bad keys must not
+        lock a tenant out. Only a missing or invalid key from a blocked address is
+        refused with the block.
+
+        Raises ``GatewayError``: 429 for an invalid key from an address with too many
+        recent failed logins; 401 for a missing or invalid key.
         """
         scheme, _, secret = authorization.partition(" ")
         secret = secret.strip() if scheme.lower() == "bearer" else ""
         identity = await self._authenticate(secret) if secret else None
         if identity is None:
             await self._refuse(address, missing=not secret)
+        return identity
+
+    async def admit(self, identity: KeyIdentity) -> None:
+        """Count one call of ``identity`` against its rate; raises a 429
+        ``GatewayError`` when it is over (the call is not counted) and
+        ``BrokerUnavailable`` when Redis is unreachable."""
         wait = await over_limit(self._redis(), identity.id, identity.rate_limit_per_min)
         if wait is not None:
             raise GatewayError(
                 f"rate limit of {identity.rate_limit_per_min} requests/min exceeded",
                 rate_limited(wait),
             )
-        return identity
 
     async def _refuse(self, address: str, *, missing: bool) -> NoReturn:
         """Refuse a missing or invalid key. A missing key guesses nothing: 401, never
@@ -149,6 +165,8 @@ class FrontDoor:
     keyed_paths: frozenset[str] = frozenset()
     body_timeout_s: float = BODY_TIMEOUT_S
     probe_pacer: ProbePacer | None = None
+    admit: Admit | None = None
+    admitted_by_route: frozenset[str] = frozenset()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -166,6 +184,8 @@ class FrontDoor:
                 headers = _headers(scope)
                 identity = await self.authorize(headers.get("authorization", ""), address)
                 scope.setdefault("state", {})["identity"] = identity
+                if self.admit is not None and identity is not None:
+                    await self._admit(scope, path, self.admit(identity))
             if path in self.upload_paths:
                 # An upload is read by its route as it streams (to disk, then the
                 # database), never buffered here; only its size is bounded.
@@ -177,6 +197,19 @@ class FrontDoor:
             await self.on_error(exc)(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+    async def _admit(self, scope: Scope, path: str, admission: Awaitable[None]) -> None:
+        """Count the call against its key's rate: now, or, on ``admitted_by_route``,
+        while the route reads and prepares the call (it awaits ``state["admission"]``
+        before it writes or sends anything). Raises what the count raises, when now."""
+        if path not in self.admitted_by_route:
+            await admission
+            return
+        pending = asyncio.ensure_future(admission)
+        # A call refused before its route awaited it: its verdict is read here, so
+        # asyncio reports nothing unread (the call was counted all the same).
+        pending.add_done_callback(_read_verdict)
+        scope["state"]["admission"] = pending
 
     def _counted_body(self, scope: Scope, receive: Receive) -> Receive:
         """A ``receive`` that raises a 413 ``GatewayError`` once the upload cap is passed."""
@@ -242,6 +275,11 @@ class FrontDoor:
             if not message.get("more_body", False):
                 break
         return messages
+
+
+def _read_verdict(admission: asyncio.Future[None]) -> None:
+    if not admission.cancelled():
+        admission.exception()
 
 
 def _headers(scope: Scope) -> dict[str, str]:

@@ -16,9 +16,11 @@ import redis
 import redis.asyncio as aioredis
 
 from producer.client import Client
+from producer.gateway.fairness import count_active_jobs
 from producer.gateway.keys import KeyIdentity, create_key
 from producer.gateway.ratelimit import sliding_window
 from schemas.db import make_engine, make_sessions
+from schemas.queues import Priority, Tier, queue_name
 from schemas.settings import Settings
 from tests.gateway_server import running_gateway
 
@@ -26,11 +28,14 @@ pytestmark = pytest.mark.integration
 
 CHAT = "/v1/chat/completions"
 HELLO = {"model": "small", "messages": [{"role": "user", "content": "hello"}]}
+BATCH_QUEUE = queue_name(Tier.SMALL, Priority.BATCH)
 
 
-def new_key(settings: Settings, name: str = "k") -> tuple[KeyIdentity, dict[str, str]]:
+def new_key(
+    settings: Settings, name: str = "k", rate_limit: int = 600
+) -> tuple[KeyIdentity, dict[str, str]]:
     engine = make_engine(settings.database_url)
-    identity, secret = create_key(make_sessions(engine), name, rate_limit_per_min=600)
+    identity, secret = create_key(make_sessions(engine), name, rate_limit_per_min=rate_limit)
     engine.dispose()
     return identity, {"Authorization": f"Bearer {secret}"}
 
@@ -195,4 +200,34 @@ def test_open_streams_are_limited_per_key_and_freed_on_disconnect(
         assert store.zcard(streams_key) == 0
         with http.stream("POST", CHAT, json=body, headers=headers) as again:
             assert again.status_code == 200
+    store.close()
+
+
+@pytest.mark.parametrize("path", [CHAT, "/v1/completions"])
+def test_a_job_over_its_keys_rate_is_refused_before_anything_is_sent(
+    integration_settings: Settings, path: str
+) -> None:
+    # These calls are counted while their job is prepared; the verdict still comes
+    # first: no row, no message, no stream slot left for the refused one.
+    identity, headers = new_key(integration_settings, f"rated{len(path)}", rate_limit=1)
+    store = redis.Redis.from_url(integration_settings.broker_url)
+    engine = make_engine(integration_settings.database_url)
+    streams_key = f"llmq:streams:{identity.id}"
+    prompt = {"messages": HELLO["messages"]} if path == CHAT else {"prompt": "hello"}
+    body = {"model": "small", **prompt, "stream": True, "priority": "batch"}
+    with (
+        running_gateway(integration_settings) as url,
+        httpx.Client(base_url=url) as http,
+        http.stream("POST", path, json=body, headers=headers) as first,
+    ):
+        assert first.status_code == 200
+        queued = store.llen(BATCH_QUEUE)
+        assert queued >= 1
+        refused = http.post(path, json=body, headers=headers)
+        assert "rate limit of 1 requests/min" in error_of(refused, 429, "rate_limit_exceeded")
+        assert int(refused.headers["retry-after"]) >= 1
+        assert count_active_jobs(make_sessions(engine), identity.id) == 1
+        assert store.llen(BATCH_QUEUE) == queued
+        assert store.zcard(streams_key) == 1  # the first stream's, only
+    engine.dispose()
     store.close()

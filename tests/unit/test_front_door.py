@@ -9,7 +9,7 @@ from typing import Any
 from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 
-from producer.gateway.errors import UNAUTHORIZED, GatewayError, http_error_for
+from producer.gateway.errors import UNAUTHORIZED, GatewayError, http_error_for, rate_limited
 from producer.gateway.guard import FrontDoor
 from producer.gateway.keys import KeyIdentity
 from schemas.errors import LlmqError
@@ -160,3 +160,57 @@ def test_a_body_not_sent_in_time_is_a_408_on_any_path() -> None:
     assert status == 408
     assert "within 0.2 s" in body["error"]["message"]
     assert app.body is None
+
+
+async def over_its_rate(_identity: KeyIdentity) -> None:
+    await asyncio.sleep(0.05)  # a round trip to Redis
+    raise GatewayError("rate limit of 600 requests/min exceeded", rate_limited(3))
+
+
+class VerdictTakingApp(App):
+    """Takes the rate's verdict itself, as the job routes do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending_on_entry: bool | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        admission = scope["state"]["admission"]
+        self.pending_on_entry = not admission.done()
+        try:
+            await admission
+        except GatewayError as exc:
+            await on_error(exc)(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
+
+
+def test_a_route_that_takes_the_verdict_runs_while_the_key_is_counted() -> None:
+    app = VerdictTakingApp()
+    front = FrontDoor(
+        app,
+        authorize=authorize,
+        admit=over_its_rate,
+        admitted_by_route=frozenset({"/v1/chat"}),
+        max_body_bytes=1000,
+        on_error=on_error,
+    )
+    status, body, _ = call(front, {"authorization": "Bearer good"}, [b"{}"])
+    assert app.pending_on_entry is True
+    assert (status, body["error"]["code"]) == (429, "rate_limit_exceeded")
+    assert app.body is None
+
+
+def test_other_paths_are_counted_before_their_route() -> None:
+    app = App()
+    front = FrontDoor(
+        app,
+        authorize=authorize,
+        admit=over_its_rate,
+        admitted_by_route=frozenset({"/v1/chat/completions"}),
+        max_body_bytes=1000,
+        on_error=on_error,
+    )
+    status, body, read = call(front, {"authorization": "Bearer good"}, [b"{}"], path="/v1/chat")
+    assert (status, body["error"]["code"], read) == (429, "rate_limit_exceeded", 0)
+    assert app.identity is None and app.body is None

@@ -30,6 +30,12 @@ from producer.gateway.serving.embeddings import EmbeddingServing
 from producer.gateway.serving.text_completions import TextCompletionServing
 from schemas.queues import EMBED_TIER
 
+CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
+COMPLETIONS_PATH = "/v1/completions"
+ADMITTED_BY_ROUTE = frozenset({CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH})
+"""The paths whose calls take their key's rate verdict in the route (``CallOptions``'s
+``admission``): it is decided while the job is prepared, before anything is sent."""
+
 
 class OpenAiRoutes:
     """The handlers, sharing the gateway and one serving layer."""
@@ -81,6 +87,7 @@ class OpenAiRoutes:
         headers = request.headers
         return CallOptions(
             identity=await self.gateway.identify(request),
+            admission=self.gateway.admission(request),
             priority=headers.get("x-priority"),
             idempotency_key=headers.get("idempotency-key"),
             last_event_id=headers.get("last-event-id"),
@@ -115,7 +122,7 @@ def add_openai_routes(app: FastAPI, gateway: GatewayContext) -> None:
     routes = OpenAiRoutes(gateway)
     app.add_api_route("/v1/models", routes.models, methods=["GET"])
     app.add_api_route(
-        "/v1/chat/completions", routes.chat_completions, methods=["POST"], response_model=None
+        CHAT_COMPLETIONS_PATH, routes.chat_completions, methods=["POST"], response_model=None
     )
-    app.add_api_route("/v1/completions", routes.completions, methods=["POST"], response_model=None)
+    app.add_api_route(COMPLETIONS_PATH, routes.completions, methods=["POST"], response_model=None)
     app.add_api_route("/v1/embeddings", routes.embeddings, methods=["POST"], response_model=None)

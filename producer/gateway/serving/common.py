@@ -10,6 +10,8 @@ reconnects with ``Last-Event-ID`` resumes it.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -52,6 +54,10 @@ class CallOptions:
     last_event_id: str | None = None
     """``Last-Event-ID``: the stream to resume instead of submitting a job."""
     conversation_id: str | None = None
+    admission: Awaitable[None] | None = None
+    """The key's rate verdict, still to be awaited (None: given before the route):
+    awaited before the call's job is sent or another job is read; raises a 429
+    ``GatewayError`` when the key is over its rate."""
 
 
 @dataclass(frozen=True)
@@ -158,11 +164,12 @@ class JobServing:
         resume = resume_point(call.last_event_id)
         identity = call.identity
         fairness = self.gateway.fairness
-        release = None
-        if stream and identity is not None:
-            release = await fairness.open_stream(identity.id)
+        # The rate's verdict and the stream slot are asked for together, and while the
+        # submit prepares the request: their round trips are off the first token's way.
+        admitting = asyncio.ensure_future(self._admit(call, stream=stream))
         try:
             if resume is not None:
+                await admitting
                 row = await self.gateway.owned_job(resume[0], identity)
                 handle = AsyncJobHandle(
                     self.gateway.client,
@@ -173,21 +180,48 @@ class JobServing:
                 )
             elif identity is not None:
                 async with fairness.submitting(identity.id):
-                    handle = await self._submit(request(), call, tier=tier, priority=priority)
+                    handle = await self._submit(
+                        request(), call, admitting, tier=tier, priority=priority
+                    )
             else:
-                handle = await self._submit(request(), call, tier=tier, priority=priority)
+                handle = await self._submit(
+                    request(), call, admitting, tier=tier, priority=priority
+                )
         except BaseException:
-            if release is not None:
-                await release()
+            await _give_back(admitting)
             raise
-        return OpenedJob(handle, release, resume[1] + 1 if resume else 0)
+        return OpenedJob(handle, admitting.result(), resume[1] + 1 if resume else 0)
+
+    async def _admit(self, call: CallOptions, *, stream: bool) -> Release | None:
+        """Await the call's rate verdict while taking its key's stream slot (a stream
+        of a keyed call); the slot's release, or None. Nothing is held after a raise."""
+        identity = call.identity
+        if not stream or identity is None:
+            if call.admission is not None:
+                await call.admission
+            return None
+        slot = asyncio.ensure_future(self.gateway.fairness.open_stream(identity.id))
+        try:
+            if call.admission is not None:
+                await call.admission
+        except BaseException:
+            await _give_back(slot)
+            raise
+        return await slot
 
     async def _submit(
-        self, request: dict[str, Any], call: CallOptions, *, tier: str, priority: str | None
+        self,
+        request: dict[str, Any],
+        call: CallOptions,
+        admission: Awaitable[Release | None],
+        *,
+        tier: str,
+        priority: str | None,
     ) -> AsyncJobHandle:
         priority = priority or call.priority or "interactive"
         return await self.gateway.client.submit(
             request,
+            admission=_done(admission),
             tier=tier,
             priority=priority,
             idempotency_key=call.idempotency_key,
@@ -252,6 +286,18 @@ class JobServing:
             await handle.aclose()
         self.gateway.metrics.requests.labels(model, "200").inc()
         return result
+
+
+async def _done(admission: Awaitable[Release | None]) -> None:
+    await admission
+
+
+async def _give_back(admitting: Awaitable[Release | None]) -> None:
+    """Once ``admitting`` ended, give back the stream slot it took, if it took one."""
+    with contextlib.suppress(BaseException):
+        release = await asyncio.shield(admitting)
+        if release is not None:
+            await release()
 
 
 async def _after_stream(handle: AsyncJobHandle, release_slot: Release | None) -> None:
