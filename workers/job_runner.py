@@ -299,19 +299,22 @@ def generate(
                 # The first delta comes at the first token, text or not (a batch
                 # answer's first delta is empty): the prompt is through prefill.
                 started.ticket.give_back()
+            first_token_ms = None
+            if delta.text and generation.ttft_ms is None:
+                now = time.monotonic()
+                since_claim_s = now - claimed.claimed_monotonic
+                first_token_ms = generation.ttft_ms = claim_offset_ms + since_claim_s * 1000.0
+                generation.engine_ttft_ms = (now - started.started_at) * 1000.0
             if delta.text:
-                if generation.ttft_ms is None:
-                    now = time.monotonic()
-                    since_claim_s = now - claimed.claimed_monotonic
-                    generation.ttft_ms = claim_offset_ms + since_claim_s * 1000.0
-                    generation.engine_ttft_ms = (now - started.started_at) * 1000.0
-                    if claimed.priority == Priority.INTERACTIVE:
-                        runtime.interactive_first_token(generation.ttft_ms / 1000.0)
                 generation.text_parts.append(delta.text)
             if delta.text or delta.logprobs:
                 # A token may decode to no text yet (part of a character): its log
                 # probability still goes out, in order.
                 publisher.token(delta.text, delta.logprobs)
+            if first_token_ms is not None and claimed.priority == Priority.INTERACTIVE:
+                # Observed once the token is out: its reader does not wait for the
+                # share's decision (measured as of ``now`` all the same).
+                runtime.interactive_first_token(first_token_ms / 1000.0)
             if delta.cached_tokens is not None:
                 generation.cached_prompt_tokens = delta.cached_tokens
             generation.completion_tokens = started.resumed_tokens + delta.completion_tokens

@@ -164,10 +164,18 @@ class JobServing:
         resume = resume_point(call.last_event_id)
         identity = call.identity
         fairness = self.gateway.fairness
-        # The rate's verdict and the stream slot are asked for together, and while the
-        # submit prepares the request: their round trips are off the first token's way.
-        admitting = asyncio.ensure_future(self._admit(call, stream=stream))
+        # The rate's verdict and the stream slot are asked for while the submit prepares
+        # the request: their round trips are off the first token's way.
+        slot = (
+            asyncio.ensure_future(fairness.open_stream(identity.id))
+            if stream and identity is not None
+            else None
+        )
+        admitting = asyncio.ensure_future(_admitted(call.admission, slot))
         try:
+            # One turn of the loop sends the slot's request now: once the submit's
+            # thread holds the GIL, the loop could send nothing until that thread waits.
+            await asyncio.sleep(0)
             if resume is not None:
                 await admitting
                 row = await self.gateway.owned_job(resume[0], identity)
@@ -191,23 +199,6 @@ class JobServing:
             await _give_back(admitting)
             raise
         return OpenedJob(handle, admitting.result(), resume[1] + 1 if resume else 0)
-
-    async def _admit(self, call: CallOptions, *, stream: bool) -> Release | None:
-        """Await the call's rate verdict while taking its key's stream slot (a stream
-        of a keyed call); the slot's release, or None. Nothing is held after a raise."""
-        identity = call.identity
-        if not stream or identity is None:
-            if call.admission is not None:
-                await call.admission
-            return None
-        slot = asyncio.ensure_future(self.gateway.fairness.open_stream(identity.id))
-        try:
-            if call.admission is not None:
-                await call.admission
-        except BaseException:
-            await _give_back(slot)
-            raise
-        return await slot
 
     async def _submit(
         self,
@@ -286,6 +277,22 @@ class JobServing:
             await handle.aclose()
         self.gateway.metrics.requests.labels(model, "200").inc()
         return result
+
+
+async def _admitted(
+    rate: Awaitable[None] | None, slot: asyncio.Future[Release] | None
+) -> Release | None:
+    """Once the call's rate verdict (``rate``, None: given already) and its stream slot
+    (``slot``, None: none to take) are in: the slot's release, or None. Raises what
+    either raised; nothing is held after a raise."""
+    try:
+        if rate is not None:
+            await rate
+    except BaseException:
+        if slot is not None:
+            await _give_back(slot)
+        raise
+    return await slot if slot is not None else None
 
 
 async def _done(admission: Awaitable[Release | None]) -> None:
