@@ -73,13 +73,6 @@ class KeyCheck:
         # By the key's hash, never the secret: a memory dump must not yield live keys.
         self._keys: dict[str, tuple[KeyIdentity, float]] = {}
 
-    async def authorize(self, authorization: str, address: str) -> KeyIdentity:
-        """The key behind an Authorization header (``identify``), counted against its
-        rate (``admit``). Raises what those raise."""
-        identity = await self.identify(authorization, address)
-        await self.admit(identity)
-        return identity
-
     async def identify(self, authorization: str, address: str) -> KeyIdentity:
         """The key behind an Authorization header; enforces the login limits.
 
