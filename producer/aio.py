@@ -7,6 +7,7 @@ import concurrent.futures
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
+from typing import Any
 
 import redis.asyncio as aioredis
 from sqlalchemy.orm import Session, sessionmaker
@@ -27,12 +28,12 @@ from schemas.settings import Settings
 from schemas.tables import Job
 
 
-def _waiter(admitted: asyncio.Future[None]) -> Callable[[], None]:
+def _waiter(admitted: asyncio.Future[Any]) -> Callable[[], None]:
     """A blocking wait, for a worker thread, on the loop's ``admitted``: returns when
     it succeeded, raises what it raised (``CancelledError`` if it was cancelled)."""
     outcome: concurrent.futures.Future[None] = concurrent.futures.Future()
 
-    def settle(done: asyncio.Future[None]) -> None:
+    def settle(done: asyncio.Future[Any]) -> None:
         if done.cancelled():
             outcome.set_exception(concurrent.futures.CancelledError())
         elif (error := done.exception()) is not None:
@@ -44,7 +45,7 @@ def _waiter(admitted: asyncio.Future[None]) -> Callable[[], None]:
     return outcome.result
 
 
-async def _settled(admitted: asyncio.Future[None]) -> None:
+async def _settled(admitted: asyncio.Future[Any]) -> None:
     """Wait for ``admitted`` to end, whatever it ends with (the submit's own error is
     the one raised)."""
     with contextlib.suppress(BaseException):
@@ -72,7 +73,7 @@ class AsyncClient:
         request: RequestLike,
         *,
         subscribe: bool = False,
-        admission: Awaitable[None] | None = None,
+        admission: Awaitable[object] | None = None,
         **options: Unpack[SubmitOptions],
     ) -> AsyncJobHandle:
         """See :meth:`producer.client.Client.submit`, whose enqueue options
@@ -81,8 +82,8 @@ class AsyncClient:
 
         ``admission`` is awaited on the loop while the request is validated and routed
         (its round trips overlap that work); nothing is written or sent until it has
-        succeeded, and what it raises is the submit's. It is awaited to its end
-        however the submit ends.
+        succeeded (its result is not read), and what it raises is the submit's. It is
+        awaited to its end however the submit ends.
         """
         job_id = new_job_id()
         admitted = asyncio.ensure_future(admission) if admission is not None else None

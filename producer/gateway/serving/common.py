@@ -212,7 +212,7 @@ class JobServing:
         priority = priority or call.priority or "interactive"
         return await self.gateway.client.submit(
             request,
-            admission=_done(admission),
+            admission=admission,
             tier=tier,
             priority=priority,
             idempotency_key=call.idempotency_key,
@@ -293,10 +293,6 @@ async def _admitted(
             await _give_back(slot)
         raise
     return await slot if slot is not None else None
-
-
-async def _done(admission: Awaitable[Release | None]) -> None:
-    await admission
 
 
 async def _give_back(admitting: Awaitable[Release | None]) -> None:
