@@ -77,8 +77,10 @@ def call(
     return status, json.loads(body), read
 
 
-def door(app: App, max_body_bytes: int = 1000) -> FrontDoor:
-    return FrontDoor(app, authorize=authorize, max_body_bytes=max_body_bytes, on_error=on_error)
+def door(app: App, max_body_bytes: int = 1000, **options: Any) -> FrontDoor:
+    return FrontDoor(
+        app, authorize=authorize, max_body_bytes=max_body_bytes, on_error=on_error, **options
+    )
 
 
 def test_no_key_is_refused_before_a_byte_of_the_body_is_read() -> None:
@@ -187,14 +189,7 @@ class VerdictTakingApp(App):
 
 def test_a_route_that_takes_the_verdict_runs_while_the_key_is_counted() -> None:
     app = VerdictTakingApp()
-    front = FrontDoor(
-        app,
-        authorize=authorize,
-        admit=over_its_rate,
-        admitted_by_route=frozenset({"/v1/chat"}),
-        max_body_bytes=1000,
-        on_error=on_error,
-    )
+    front = door(app, admit=over_its_rate, admitted_by_route=frozenset({"/v1/chat"}))
     status, body, _ = call(front, {"authorization": "Bearer good"}, [b"{}"])
     assert app.pending_on_entry is True
     assert (status, body["error"]["code"]) == (429, "rate_limit_exceeded")
@@ -203,14 +198,7 @@ def test_a_route_that_takes_the_verdict_runs_while_the_key_is_counted() -> None:
 
 def test_other_paths_are_counted_before_their_route() -> None:
     app = App()
-    front = FrontDoor(
-        app,
-        authorize=authorize,
-        admit=over_its_rate,
-        admitted_by_route=frozenset({"/v1/chat/completions"}),
-        max_body_bytes=1000,
-        on_error=on_error,
-    )
+    front = door(app, admit=over_its_rate, admitted_by_route=frozenset({"/v1/chat/completions"}))
     status, body, read = call(front, {"authorization": "Bearer good"}, [b"{}"], path="/v1/chat")
     assert (status, body["error"]["code"], read) == (429, "rate_limit_exceeded", 0)
     assert app.identity is None and app.body is None
