@@ -298,6 +298,7 @@ def replay_side(
     replay.run(plan.duration_s, at=restart if with_restart else None, on_cut=side.cut_batch)
     # Read before the side stops (a restart's killed engine is not counted).
     cpu_after = side.cpu_seconds_by_process()
+    run.share = side.share()
     run.cpu_s_by_process = {
         name: round(max(0.0, seconds - cpu_before.get(name, 0.0)), 1)
         for name, seconds in cpu_after.items()

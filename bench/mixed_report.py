@@ -47,6 +47,9 @@ class SideRun:
     restart_error: str | None = None
     cpu_s_by_process: dict[str, float] = field(default_factory=dict)
     """CPU-seconds of the side's serving processes during the replay, by process name."""
+    share: dict[str, int] = field(default_factory=dict)
+    """What the side's own scheduler says of batch's share at the replay's end (llmq's
+    worker: ``batch_share_cuts`` and ``batch_under_interactive``); empty for vLLM."""
 
     @property
     def cpu_s(self) -> float:
@@ -195,6 +198,10 @@ def _side_details(
     if why is not None:
         details[f"{name}_quality_null_reason"] = why
     details[f"{name}_restart_took_s"] = [run.restart_s for run in side_runs]
+    if any(run.share for run in side_runs):
+        # One entry a pass: how often the SLO cut batch's share, and the share it ended at.
+        for figure in ("batch_share_cuts", "batch_under_interactive"):
+            details[f"{name}_{figure}"] = [run.share.get(figure) for run in side_runs]
     restart_errors = [run.restart_error for run in side_runs if run.restart_error]
     if restart_errors:
         details[f"{name}_restart_errors"] = restart_errors

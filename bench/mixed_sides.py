@@ -46,6 +46,11 @@ class Side:
         process name (processes of one name are summed)."""
         return process_cpu_seconds_by_name(self.pids())
 
+    def share(self) -> dict[str, int]:
+        """What the side's own scheduler says of batch's share now (none for a server
+        whose scheduling is not llmq's)."""
+        return {}
+
     def start(self) -> None:
         """Start the server; returns once it serves."""
         raise NotImplementedError
@@ -247,6 +252,27 @@ class LlmqSide(Side):
         processes = [self.worker, self.gateway]
         pids = [p.pid for p in processes if p is not None]
         return pids + self.redis.pids()
+
+    def share(self) -> dict[str, int]:
+        # As of the worker's last heartbeat (a few seconds): enough for counts of cuts.
+        import redis
+
+        from schemas.registry import read_entries
+
+        client = redis.Redis.from_url(self.settings.broker_url)
+        try:
+            entries = read_entries(client)
+        except redis.RedisError:
+            return {}
+        finally:
+            client.close()
+        figures: dict[str, int] = {}
+        for entry in entries:
+            if entry.batch_share_cuts is not None:
+                figures["batch_share_cuts"] = entry.batch_share_cuts
+            if entry.batch_under_interactive is not None:
+                figures["batch_under_interactive"] = entry.batch_under_interactive
+        return figures
 
     def cut_batch(self) -> None:
         # The gateway does not cancel a job whose stream was closed (a reader may come

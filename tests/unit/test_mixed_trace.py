@@ -244,6 +244,7 @@ def test_the_report_holds_every_side_s_figures_and_the_ratios() -> None:
                     _outcome(1, "batch", finished=50.0, ok=True, tokens=60),
                 ],
                 cpu_s_by_process={"producer.cli": 2.0, "VLLM::EngineCore": 10.0},
+                share={"batch_share_cuts": 3, "batch_under_interactive": 5},
             )
         ],
     }
@@ -258,6 +259,9 @@ def test_the_report_holds_every_side_s_figures_and_the_ratios() -> None:
     assert result["llmq_interactive_n"] == result["vllm_priority_interactive_n"] == 1
     assert result["llmq_failed"] == result["vllm_priority_failed"] == 0
     assert result["llmq_cpu_ms_per_token"] == round(12000.0 / 60, 2)  # ok tokens: 60 + 0
+    assert result["llmq_batch_share_cuts"] == [3]
+    assert result["llmq_batch_under_interactive"] == [5]
+    assert "vllm_priority_batch_share_cuts" not in result
     assert result["llmq_cpu_s_by_process"] == {"producer.cli": 2.0, "VLLM::EngineCore": 10.0}
     assert result["llmq_quality"] == 100.0 and result["vllm_priority_quality"] == 0.0
     assert result["llmq_interactive_ttft_samples_ms"] == [200.0]
