@@ -82,10 +82,11 @@ class SchedulerDriver:
         cut = decision.cut
         if cut is not None:
             log.info(
-                "batch share cut %d -> %d (an interactive request took %.0f ms); %d batch "
+                "batch share cut %d -> %d (an interactive request's %s: %.0f ms); %d batch "
                 "job(s) give way",
                 cut.before,
                 cut.after,
+                cut.measure,
                 (cut.observed_s or 0.0) * 1000,
                 len(halted),
             )

@@ -83,6 +83,10 @@ def test_inter_token_time_counts_against_its_own_slo() -> None:
     assert s.inter_token(0.1) is None  # half the 0.2 s SLO: healthy
     change = s.inter_token(0.19)
     assert change is not None and change.after == 8
+    assert change.measure == "between tokens"  # what the worker's log names
+    clock.now += 10
+    cut = s.first_token(0.95)
+    assert cut is not None and cut.measure == "first token"
 
 
 def test_bad_bounds_and_tunings_are_refused() -> None:

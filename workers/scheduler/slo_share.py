@@ -60,11 +60,12 @@ class ShareTuning:
 @dataclass(frozen=True)
 class ShareChange:
     """A change of the share: from, to, and the observation that caused it (None for
-    growth)."""
+    growth) with what it measured (``first token`` or ``between tokens``)."""
 
     before: int
     after: int
     observed_s: float | None
+    measure: str = "first token"
 
 
 class SloShare:
@@ -113,12 +114,12 @@ class SloShare:
     def first_token(self, seconds: float) -> ShareChange | None:
         """An interactive request's first token took ``seconds`` (as its user waits:
         queue and engine); the cut it caused, if any."""
-        return self._observe(seconds, seconds / self.ttft_slo_s)
+        return self._observe(seconds, seconds / self.ttft_slo_s, "first token")
 
     def inter_token(self, seconds: float) -> ShareChange | None:
         """An interactive stream's mean time between tokens over a window of it (or
         over its whole answer); the cut it caused, if any."""
-        return self._observe(seconds, seconds / self.itl_slo_s)
+        return self._observe(seconds, seconds / self.itl_slo_s, "between tokens")
 
     def snapshot(self) -> dict[str, float | int]:
         """What the worker's registry entry shows of the share."""
@@ -129,7 +130,7 @@ class SloShare:
                 "batch_share_cuts": self.cuts,
             }
 
-    def _observe(self, seconds: float, of_slo: float) -> ShareChange | None:
+    def _observe(self, seconds: float, of_slo: float, measure: str) -> ShareChange | None:
         tuning = self._tuning
         with self._lock:
             now = self._clock()
@@ -141,7 +142,7 @@ class SloShare:
                 self._cut_at = self._changed_at = now
                 self._cut_from = before
                 self.cuts += 1
-                return ShareChange(before, self._share, seconds)
+                return ShareChange(before, self._share, seconds, measure)
             # Only the step back to the share that missed is slow; past it (that share
             # held) the share grows at the usual pace again.
             probing = self._share + 1 == self._cut_from
