@@ -16,10 +16,11 @@ from typing_extensions import Unpack
 from producer.client import Client, EmbedOptions, SubmitOptions
 from producer.embeddings import EmbedInput
 from producer.handles import HandleCore, with_logprobs
-from producer.jobs import new_job_id
+from producer.jobs import ended_rows, new_job_id, terminal_event_from_row
 from producer.pubsub_pool import PubSub, PubSubPool
 from producer.streams import Event, aread_events
 from producer.submission import RequestLike
+from producer.terminal_rows import TerminalRows
 from schemas.broker import async_redis_client
 from schemas.events import TokenLogprob
 from schemas.jobs import JobResult, JobStatus
@@ -62,6 +63,7 @@ class AsyncClient:
         self._sync = Client(settings)
         self._redis = async_redis_client(settings.broker_url)
         self._subscriptions = PubSubPool(self._redis)
+        self._rows = TerminalRows(partial(ended_rows, self._sync.sessions), terminal_event_from_row)
 
     @classmethod
     def from_env(cls) -> AsyncClient:
@@ -185,11 +187,13 @@ class AsyncClient:
             timeout=timeout,
             subscriptions=self._subscriptions,
             early=early,
-            **self._sync.stream_recovery(job_id),
+            terminal_lookup=partial(self._rows.terminal, job_id),
+            reconnect_budget_s=self._sync.settings.timeouts.stream_reconnect_s,
         )
 
     async def aclose(self) -> None:
         """Release connections."""
+        await self._rows.aclose()
         await self._subscriptions.aclose()
         await self._redis.aclose()
         await asyncio.to_thread(self._sync.close)

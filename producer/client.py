@@ -63,7 +63,7 @@ CANCEL_PIPELINE = 1000
 
 
 class StreamRecovery(TypedDict):
-    """The arguments of ``read_events`` and ``aread_events`` that a client fills in."""
+    """The arguments of ``read_events`` that a client fills in."""
 
     terminal_lookup: TerminalLookup
     reconnect_budget_s: float
@@ -524,9 +524,9 @@ class Client:
         )
 
     def stream_recovery(self, job_id: str) -> StreamRecovery:
-        """How a reader of ``job_id``'s stream (this client's or the asyncio one's) gets
-        past a lost log or connection: the job row's terminal event, and the settings'
-        reconnect budget."""
+        """How a reader of ``job_id``'s stream gets past a lost log or connection: the
+        job row's terminal event, and the settings' reconnect budget (the asyncio
+        client reads rows in batches instead: ``producer.terminal_rows``)."""
         return {
             "terminal_lookup": partial(self.terminal_event, job_id),
             "reconnect_budget_s": self.settings.timeouts.stream_reconnect_s,

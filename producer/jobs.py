@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import cast
 
 from sqlalchemy import Float, Table, bindparam, delete, insert, select, update
@@ -227,6 +227,32 @@ def load_job(sessions: sessionmaker[Session], job_id: str) -> Job:
     if job is None:
         raise JobNotFound(f"no job with id {job_id}")
     return job
+
+
+# Ids per query in ``ended_rows``: well under every database's limit on parameters.
+ROWS_PER_QUERY = 500
+
+
+def ended_rows(
+    sessions: sessionmaker[Session], job_ids: Collection[str]
+) -> tuple[dict[str, Job], set[str]]:
+    """Of ``job_ids``, the rows of the jobs that ended, and the ids that have a row at
+    all: one query for the statuses, and one for the ended rows, per
+    ``ROWS_PER_QUERY`` ids. Raises ``DatabaseUnavailable``."""
+    wanted = sorted({job_id for job_id in job_ids if could_be_job_id(job_id)})
+    ended: dict[str, Job] = {}
+    found: set[str] = set()
+    final = [status.value for status in JobStatus if status.is_final]
+    with database_boundary("read job rows"), sessions() as session:
+        for start in range(0, len(wanted), ROWS_PER_QUERY):
+            chunk = wanted[start : start + ROWS_PER_QUERY]
+            statuses = session.execute(select(Job.id, Job.status).where(Job.id.in_(chunk))).all()
+            found.update(job_id for job_id, _status in statuses)
+            done = [job_id for job_id, status in statuses if status in final]
+            if done:
+                rows = session.scalars(select(Job).where(Job.id.in_(done)))
+                ended.update((job.id, job) for job in rows)
+    return ended, found
 
 
 def terminal_event_from_row(job: Job, seq: int) -> TerminalEvent | None:

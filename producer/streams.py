@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Generator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 
 import redis
 import redis.asyncio as aioredis
@@ -36,6 +36,7 @@ from schemas.stream_log import APPEND_EVENT, EventLog
 
 Event = AnyEvent
 TerminalLookup = Callable[[int], TerminalEvent | None]
+AsyncTerminalLookup = Callable[[int], Awaitable[TerminalEvent | None]]
 
 
 def read_events(
@@ -86,12 +87,13 @@ async def aread_events(
     *,
     from_seq: int = 0,
     timeout: float | None = None,
-    terminal_lookup: TerminalLookup | None = None,
+    terminal_lookup: AsyncTerminalLookup | None = None,
     subscriptions: PubSubPool | None = None,
     early: PubSub | None = None,
     reconnect_budget_s: float = RECONNECT_BUDGET_S,
 ) -> AsyncIterator[Event]:
-    """Asyncio twin of :func:`read_events`, with the same guarantees and arguments."""
+    """Asyncio twin of :func:`read_events`, with the same guarantees and arguments
+    (``terminal_lookup`` is awaited: a database read must not hold up the loop)."""
     reader, log_key, channel = _reader(
         job_id, from_seq, timeout, early is not None, reconnect_budget_s
     )
@@ -109,7 +111,7 @@ async def aread_events(
                         case ReadLog(start=start):
                             events = reader.receive_log(await client.lrange(log_key, start, -1))
                         case ReadRow(seq=seq):
-                            events = reader.receive_row(_row(terminal_lookup, seq))
+                            events = reader.receive_row(await _arow(terminal_lookup, seq))
                     for event in events:
                         yield event
         except redis.RedisError as exc:
@@ -136,6 +138,10 @@ def _reader(
 
 def _row(terminal_lookup: TerminalLookup | None, seq: int) -> TerminalEvent | None:
     return None if terminal_lookup is None else terminal_lookup(seq)
+
+
+async def _arow(terminal_lookup: AsyncTerminalLookup | None, seq: int) -> TerminalEvent | None:
+    return None if terminal_lookup is None else await terminal_lookup(seq)
 
 
 def close_stream(
