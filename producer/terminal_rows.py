@@ -43,6 +43,7 @@ class TerminalRows:
         self._asks: list[_Ask] = []
         self._flush: asyncio.TimerHandle | None = None
         self._reads: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.reads = 0
         """Reads of the database so far (one per batch of asks)."""
 
@@ -50,6 +51,8 @@ class TerminalRows:
         """The outcome ``job_id``'s row records, as event ``seq``; None while the job
         runs. Raises ``JobNotFound`` for a job with no row, and ``DatabaseUnavailable``."""
         loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # asks left by a loop that ended are never answered
+            self._loop, self._asks, self._flush = loop, [], None
         answer: asyncio.Future[TerminalEvent | None] = loop.create_future()
         self._asks.append((job_id, seq, answer))
         if self._flush is None:
