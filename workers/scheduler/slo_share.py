@@ -65,7 +65,7 @@ class ShareChange:
     before: int
     after: int
     observed_s: float | None
-    measure: str = "first token"
+    measure: str
 
 
 class SloShare:
