@@ -4,8 +4,11 @@ Pub/sub is at-most-once: a subscriber that joins late or reconnects misses messa
 So every event is also appended to a Redis list whose index is the sequence number
 (see ``schemas.stream_log``). A reader subscribes first, then replays the list from
 the sequence it wants, then follows pub/sub; any gap or silence is filled from the
-list, and a long silence also asks the job's row whether it already ended. Events come
-out exactly once, in order, ending with the terminal event.
+list, and a long silence also asks the job's row whether it already ended. A row that
+says so is taken only once the log, read again, has nothing new: the job may have
+streamed its whole answer between the silent read of the log and the row's (its
+events are in the log before its row ends). Events come out exactly once, in order,
+ending with the terminal event.
 
 :class:`StreamReader` holds all of that as a state machine the way h11 does for HTTP:
 a driver asks :meth:`StreamReader.next_action` what to do (listen, read the log, read
@@ -76,6 +79,7 @@ class _Phase(Enum):
     REPLAY = "replay"  # the log must be read from next_seq
     FOLLOW = "follow"  # listening to pub/sub
     ROW = "row"  # the row must be asked whether the job ended
+    CONFIRM = "confirm"  # the row says it ended: the log is read again before that counts
     DONE = "done"  # the terminal event was handed out
 
 
@@ -109,6 +113,8 @@ class StreamReader:
         # was sent: no confirmation to wait for, no log to read first.
         self._phase = _Phase.FOLLOW if confirmed_before_job else _Phase.SUBSCRIBING
         self._ask_row_after_replay = False
+        self._row_outcome: TerminalEvent | None = None
+        """The row's outcome, while the log is read again before it is taken."""
         self._outage_since: float | None = None
         self._reconnect_budget_s = reconnect_budget_s
         self._silences = 0
@@ -127,7 +133,7 @@ class StreamReader:
         match self._phase:
             case _Phase.DONE:
                 return None
-            case _Phase.REPLAY:
+            case _Phase.REPLAY | _Phase.CONFIRM:
                 return ReadLog(self.next_seq)
             case _Phase.ROW:
                 return ReadRow(self.next_seq)
@@ -158,7 +164,10 @@ class StreamReader:
         return []
 
     def receive_log(self, entries: Iterable[str | bytes]) -> list[AnyEvent]:
-        """Take the replay log's entries from the ``ReadLog`` position on."""
+        """Take the replay log's entries from the ``ReadLog`` position on. Read to
+        confirm the row's outcome, a log with nothing new ends the stream with it."""
+        if self._phase is _Phase.CONFIRM:
+            return self._confirm(entries)
         self._expect(_Phase.REPLAY)
         events = self._take(entries, self.next_seq)
         if not self.finished:
@@ -167,11 +176,28 @@ class StreamReader:
         return events
 
     def receive_row(self, terminal: TerminalEvent | None) -> list[AnyEvent]:
-        """Take the row's outcome: the terminal event ends the stream, None goes on."""
+        """Take the row's outcome: None goes on listening; a terminal event is held
+        while the log is read once more (``ReadLog``), and ends the stream only if the
+        log has nothing new."""
         self._expect(_Phase.ROW)
         if terminal is None:
             self._phase = _Phase.FOLLOW
             return []
+        self._row_outcome = terminal
+        self._phase = _Phase.CONFIRM
+        return []
+
+    def _confirm(self, entries: Iterable[str | bytes]) -> list[AnyEvent]:
+        # A job writes its events to the log before its row ends, so a log with events
+        # past the reader has the answer the row summarises: they go out, and the stream
+        # goes on to its own terminal event. An empty one (expired, lost) leaves the row.
+        terminal, self._row_outcome = self._row_outcome, None
+        events = self._take(entries, self.next_seq)
+        if events:
+            if not self.finished:
+                self._phase = _Phase.FOLLOW
+            return events
+        assert terminal is not None  # set with the phase
         self.next_seq += 1
         self._phase = _Phase.DONE
         return [terminal]
@@ -191,6 +217,7 @@ class StreamReader:
         if not self.finished:
             self._phase = _Phase.SUBSCRIBING
             self._ask_row_after_replay = False
+            self._row_outcome = None  # asked again after the next silence
         return RECONNECT_DELAY_S
 
     def wants(self, seq: int) -> bool:
@@ -208,6 +235,8 @@ class StreamReader:
             self.next_seq += 1
             if is_terminal(event):
                 self._phase = _Phase.DONE
+        if accepted:
+            self._silences = 0  # an event, from the log or live: the job is streaming
         return accepted
 
     def _listen_timeout(self) -> float:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 from functools import partial
 
 import pytest
+import redis
 from sqlalchemy import create_engine, update
 
 from producer.aio import AsyncClient
@@ -14,10 +16,11 @@ from producer.jobs import ended_rows, terminal_event_from_row
 from producer.terminal_rows import TerminalRows
 from schemas.db import make_engine, make_sessions
 from schemas.errors import JobNotFound
-from schemas.events import ErrorEvent, FinalEvent
+from schemas.events import ErrorEvent, FinalEvent, JobOutcome, Timings, Usage
 from schemas.jobs import JobStatus
 from schemas.settings import Settings
 from schemas.tables import Job
+from workers.publisher import StreamPublisher
 
 pytestmark = pytest.mark.integration
 
@@ -100,3 +103,49 @@ def test_an_async_stream_whose_events_are_lost_ends_from_the_row(
     assert len(first) == 1 and isinstance(first[0], FinalEvent)
     assert first[0].text == "from the row"
     assert len(second) == 1 and isinstance(second[0], ErrorEvent)
+
+
+def test_an_answer_streamed_while_the_row_is_read_reaches_the_async_reader(
+    integration_settings: Settings,
+) -> None:
+    """A job may stream its whole answer between a silent reader's read of the log and
+    its read of the row (a short answer, while the row's read waits its window): the
+    reader still gets every token, and then the job's own final event."""
+    (job_id,) = _queued_jobs(integration_settings, 1)
+    redis_client = redis.Redis.from_url(integration_settings.broker_url)
+    publisher = StreamPublisher(redis_client, job_id, ttl_s=600)
+
+    async def read() -> list[object]:
+        async with AsyncClient(integration_settings) as client:
+            rows = client._rows
+            real_read = rows._read
+
+            def streamed_meanwhile(job_ids: Collection[str]) -> tuple[dict[str, Job], set[str]]:
+                # The worker's order: every event in the log, the row ended, then the
+                # final event (after the row is read here).
+                if publisher.seq == 0:
+                    for piece in ("an ", "answer"):
+                        publisher.token(piece)
+                    _end(integration_settings.database_url, job_id, JobStatus.DONE)
+                return real_read(job_ids)
+
+            rows._read = streamed_meanwhile
+            events = []
+            async for event in client.events(job_id, timeout=20):
+                events.append(event)
+                if len(events) == 2:  # both tokens out: the job's final event follows
+                    publisher.final(_outcome("an answer"), worker_id="w")
+            return events
+
+    try:
+        events = asyncio.run(read())
+    finally:
+        redis_client.close()
+    assert [type(e).__name__ for e in events] == ["TokenEvent", "TokenEvent", "FinalEvent"]
+    assert "".join(e.text for e in events[:2]) == "an answer"  # type: ignore[attr-defined]
+    assert events[2].text == "an answer"  # type: ignore[attr-defined]
+
+
+def _outcome(text: str) -> JobOutcome:
+    usage = Usage(prompt_tokens=1, completion_tokens=2)
+    return JobOutcome(text, "stop", usage, Timings(queue_wait_ms=0, total_ms=1))

@@ -104,11 +104,58 @@ def test_silence_reads_the_log_then_asks_the_row() -> None:
     assert reader.next_action() == Listen(2 * IDLE_POLL_S)  # a silence: wait longer
     reader.receive_message(None)
     reader.receive_log([])
-    (terminal,) = reader.receive_row(final(2))
+    assert reader.receive_row(final(2)) == []
+    # The row says it ended: the log is read once more, and has nothing (it expired).
+    assert reader.next_action() == ReadLog(2)
+    (terminal,) = reader.receive_log([])
     assert isinstance(terminal, FinalEvent)
     assert reader.finished
     assert reader.next_seq == 3
     assert reader.next_action() is None
+
+
+def test_a_job_that_streamed_between_the_silent_read_and_the_row_loses_no_token() -> None:
+    """The whole answer may land in the log after the silent read of it and before
+    the row is read (a short answer while the row's read waits): the row's outcome
+    must not skip it."""
+    reader = following(StreamReader("j"))
+    reader.receive_message(None)
+    assert reader.receive_log([]) == []
+    assert reader.receive_row(final(3)) == []
+    assert reader.next_action() == ReadLog(0)
+    # Its tokens are in the log; its own final event not yet (the row ends first).
+    assert seqs(reader.receive_log(raw_tokens(0, 3))) == [0, 1, 2]
+    assert not reader.finished
+    assert reader.next_action() == Listen(IDLE_POLL_S)
+    (terminal,) = reader.receive_message(message(final(3).model_dump_json()))
+    assert isinstance(terminal, FinalEvent)
+    assert reader.finished
+
+
+def test_a_log_that_ends_the_stream_as_the_row_is_confirmed_ends_it_once() -> None:
+    reader = following(StreamReader("j"))
+    reader.receive_message(None)
+    reader.receive_log([])
+    reader.receive_row(final(1))
+    events = reader.receive_log([*raw_tokens(0, 1), final(1).model_dump_json()])
+    assert seqs(events) == [0, 1]
+    assert reader.finished
+    assert reader.next_action() is None
+
+
+def test_a_lost_connection_while_confirming_the_row_forgets_its_outcome() -> None:
+    reader = following(StreamReader("j"))
+    reader.receive_message(None)
+    reader.receive_log([])
+    reader.receive_row(final(0))
+    assert reader.connection_lost(ConnectionError("gone")) == RECONNECT_DELAY_S
+    assert isinstance(reader.next_action(), Listen)
+    reader.receive_message(SUBSCRIBED)
+    assert reader.next_action() == ReadLog(0)
+    # A replay after the reconnect that finds nothing goes back to listening: the row
+    # is asked again only after a silence.
+    assert reader.receive_log([]) == []
+    assert isinstance(reader.next_action(), Listen)
 
 
 def test_silence_that_the_log_ends_does_not_ask_the_row() -> None:
