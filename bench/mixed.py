@@ -212,15 +212,21 @@ class Replay:
                 cut = self._cut_at is not None
             if cut:
                 abort_stream(stream)
+        finish_reason = None
         for chunk in stream:
             if chunk.usage is not None:
                 read.usage_tokens = chunk.usage.completion_tokens
+            if chunk.choices and chunk.choices[0].finish_reason:
+                finish_reason = chunk.choices[0].finish_reason
             if chunk.choices and chunk.choices[0].delta.content:
                 if read.ttft_ms is None:
                     read.ttft_ms = (time.perf_counter() - started) * 1000.0
                 read.pieces.append(chunk.choices[0].delta.content)
         if read.ttft_ms is None:
-            read.error = "no text"
+            # What the stream said of itself tells an empty answer from lost tokens.
+            read.error = (
+                f"no text (finish_reason {finish_reason}, {read.usage_tokens} completion tokens)"
+            )
 
 
 @dataclass

@@ -20,10 +20,12 @@ openai = pytest.importorskip("openai")
 
 SLOW = "slow"
 BROKEN = "broken"
+EMPTY = "empty"
 
 
 class _FakeOpenAI(BaseHTTPRequestHandler):
-    """Streams "a b c" one word a chunk; a SLOW message waits 30 s first, BROKEN is a 500."""
+    """Streams "a b c" one word a chunk; a SLOW message waits 30 s first, BROKEN is a 500,
+    EMPTY ends (``stop``, one token) with no text."""
 
     seen: ClassVar[list[dict[str, Any]]] = []
 
@@ -45,6 +47,11 @@ class _FakeOpenAI(BaseHTTPRequestHandler):
         self.end_headers()
         if last == SLOW:
             time.sleep(30)
+        if last == EMPTY:
+            self._event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+            self._event({"choices": [], "usage": _usage(1)})
+            self.wfile.write(b"data: [DONE]\n\n")
+            return
         try:
             for word in ("a ", "b ", "c"):
                 self._event({"choices": [{"index": 0, "delta": {"content": word}}]})
@@ -99,6 +106,7 @@ def test_replay_records_answers_failures_and_cuts_batch_work_at_the_end(server: 
         _event(0.2, "batch", SLOW),
         _event(0.3, "interactive", BROKEN),
         _event(0.5, "interactive", "again"),
+        _event(0.6, "batch", EMPTY),
     ]
     replay = Replay(sdk, target, events)
     started = time.monotonic()
@@ -114,13 +122,16 @@ def test_replay_records_answers_failures_and_cuts_batch_work_at_the_end(server: 
     assert not by_index[3].ok and by_index[3].error is not None
     assert by_index[3].error.startswith("InternalServerError 500:")
     assert by_index[4].ok
+    # An answer with no text is a failure that says what the stream said of itself.
+    assert not by_index[5].ok
+    assert by_index[5].error == "no text (finish_reason stop, 1 completion tokens)"
     # vLLM gets the registered prompt's text as a system message.
     first = next(b for b in _FakeOpenAI.seen if b["messages"][-1]["content"] == "hello")
     assert first["messages"][0] == {"role": "system", "content": "SYSTEM"}
     assert first["stream"] is True and first["temperature"] == 0.0
 
     figures = side_figures(replay.outcomes, flood_s=1.0, cost_weight=2.0)
-    assert figures.failed == 1
+    assert figures.failed == 2
     assert figures.batch_completed == 1 and figures.batch_cut == 1
     assert figures.batch_tok_s == 3.0
     assert figures.interactive_ok == 2
