@@ -3,11 +3,12 @@
 Reading the cluster (a ``SCAN`` for variant queues, a depth per queue, the worker
 registry, job rows) is synchronous Redis and SQL: run on the loop, every stream would
 stall for as long as a scrape takes, and anyone repeating ``GET /metrics`` could keep
-it stalled. So a thread of its own renders those series every ``refresh_s`` seconds
-(while someone scrapes), each time over connections of its own that it closes after,
-and a scrape only copies the last good rendering. A render that fails (the database
-is down) keeps the previous one; ``llmq_metrics_cluster_age_seconds`` says how old
-what is served is.
+it stalled. So a thread of its own renders those series once at start and then every
+``refresh_s`` seconds while someone scrapes, over connections of its own that it keeps
+from one render to the next (a render that fails drops them: the next connects
+afresh), and a scrape only copies the last good rendering. A render that fails (the
+database is down) keeps the previous one; ``llmq_metrics_cluster_age_seconds`` says
+how old what is served is.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import redis
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from producer.gateway.queue_metrics import QueueCollector
@@ -44,10 +46,26 @@ the next scrape: an unscraped gateway sends no ``SCAN`` to Redis."""
 
 @dataclass
 class _Connections:
-    """What :class:`QueueCollector` reads through, opened for one render."""
+    """What :class:`QueueCollector` reads through, kept across renders."""
 
     redis: redis.Redis
+    engine: Engine
     sessions: sessionmaker[Session]
+
+    @classmethod
+    def open(cls, settings: Settings) -> _Connections:
+        client = redis_client(
+            settings.broker_url,
+            socket_timeout=SOCKET_TIMEOUT_S,
+            socket_connect_timeout=SOCKET_TIMEOUT_S,
+            max_connections=2,
+        )
+        engine = make_engine(settings.database_url)
+        return cls(client, engine, make_sessions(engine))
+
+    def close(self) -> None:
+        self.redis.close()
+        self.engine.dispose()
 
     def queue_depths(self) -> list[QueueDepth]:
         return queue_depths(self.redis)
@@ -73,13 +91,16 @@ class ClusterScrape:
         self._clock = clock
         self._body = b""
         self._rendered_at: float | None = None
-        self._last_read = clock()
+        self._last_read: float | None = None
+        """When the series were last scraped; None before the first scrape."""
+        self._connections: _Connections | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        """Render now and then every ``refresh_s`` seconds, in a thread of its own."""
+        """Render now, and then every ``refresh_s`` seconds while scraped, in a thread
+        of its own."""
         self._thread = threading.Thread(target=self._run, name="llmq-metrics", daemon=True)
         self._thread.start()
 
@@ -115,29 +136,35 @@ class ClusterScrape:
         return True
 
     def _run(self) -> None:
+        try:
+            self.refresh()  # the first scrape finds series, however late it comes
+            while not self._stop.is_set():
+                self._wake.wait(self.refresh_s)
+                self._wake.clear()
+                if not self._stop.is_set() and self._scraped_lately():
+                    self.refresh()
+        finally:
+            self._disconnect()
+
+    def _scraped_lately(self) -> bool:
         idle_s = max(60.0, self.refresh_s * IDLE_AFTER_REFRESHES)
-        while not self._stop.is_set():
-            if self._clock() - self._last_read <= idle_s:
-                self.refresh()
-            self._wake.wait(self.refresh_s)
-            self._wake.clear()
+        return self._last_read is not None and self._clock() - self._last_read <= idle_s
 
     def _render_cluster(self) -> bytes:
-        client = redis_client(
-            self.settings.broker_url,
-            socket_timeout=SOCKET_TIMEOUT_S,
-            socket_connect_timeout=SOCKET_TIMEOUT_S,
-            max_connections=2,
-        )
-        engine = make_engine(self.settings.database_url)
+        if self._connections is None:
+            self._connections = _Connections.open(self.settings)
         try:
             registry = CollectorRegistry()
-            collector = QueueCollector(_Connections(client, make_sessions(engine)))
-            registry.register(collector)
+            registry.register(QueueCollector(self._connections))
             return generate_latest(registry)
-        finally:
-            client.close()
-            engine.dispose()
+        except Exception:
+            self._disconnect()  # whatever broke, the next render connects afresh
+            raise
+
+    def _disconnect(self) -> None:
+        connections, self._connections = self._connections, None
+        if connections is not None:
+            connections.close()
 
 
 class ScrapeAge(Collector):
