@@ -44,26 +44,42 @@ QUESTIONS = (
 )
 
 
+LOGPROBS_REQUESTS = 6
+"""The first request asking for log probabilities, and five more to compare it with."""
+
+
 def run_warm(settings: Settings, *, tier: Tier, max_tokens: int, prompt: str) -> dict[str, Any]:
     """Warm: a request with the system prompt through the queue to a worker that has
     warmed up and prefilled the prompt, then 20 more with other questions.
 
     Cold: then, with the worker stopped (one engine at a time), a fresh engine in this
     process (no warm-up) serves the first request. Same model, same prompt, one run.
+
+    Between the two, the warm worker's first requests asking for log probabilities
+    (``first_logprobs_penalty``: the first of them over the next five's p50).
     """
     system = PromptRegistry.load(settings.prompts_dir).resolve(prompt, tier=tier)
+
+    def request(question: str, **extra: object) -> dict[str, object]:
+        return {
+            "messages": [{"role": "user", "content": question}],
+            "system_prompt": system.ref,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            **extra,
+        }
+
     with bench_rig(settings, tier) as rig:
         samples = [
-            queued_sample(
-                rig,
-                {
-                    "messages": [{"role": "user", "content": question}],
-                    "system_prompt": system.ref,
-                    "max_tokens": max_tokens,
-                    "temperature": 0.0,
-                },
-            )
+            queued_sample(rig, request(question))
             for question in counted("warm: queued requests", len(QUESTIONS)).track(QUESTIONS)
+        ]
+        # Then the worker's first requests asking for log probabilities: a path of the
+        # engine of its own, with a one-time cost of its own.
+        asked = QUESTIONS[:LOGPROBS_REQUESTS]
+        with_logprobs = [
+            queued_sample(rig, request(question, sampling={"logprobs": 2}))[0]
+            for question in counted("warm: with log probabilities", len(asked)).track(asked)
         ]
     with engine_only(settings, tier, fresh=True) as engine:
         first_messages = [
@@ -86,6 +102,9 @@ def run_warm(settings: Settings, *, tier: Tier, max_tokens: int, prompt: str) ->
         "ratio": round(cold / warm_first, 2),
         "next_20_ttft_ms_p50": rounded(rest),
         "first_penalty": round(warm_first / rest, 3),
+        "first_logprobs_ttft_ms": rounded(with_logprobs[0]),
+        "next_logprobs_ttft_ms_p50": rounded(median(with_logprobs[1:])),
+        "first_logprobs_penalty": round(with_logprobs[0] / median(with_logprobs[1:]), 3),
         "prefix_cache_hits": hits,
         "requests": len(samples),
         "cached_prompt_tokens_first": samples[0][1].usage.cached_prompt_tokens,
