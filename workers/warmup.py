@@ -15,6 +15,7 @@ from dataclasses import KW_ONLY, dataclass, field
 
 from schemas.prompt_registry import PromptCatalog, SystemPrompt
 from schemas.queues import Tier
+from schemas.sampling import Sampling
 from schemas.timeouts import DEFAULT_TIMEOUTS
 from workers.background import BackgroundLoop
 from workers.engine.base import BACKGROUND_PRIORITY, Engine, EngineRequest, SamplingOptions
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 
 WARMUP_PROMPTS = ("Hello!", "What are your opening hours?")
 WARMUP_TOKENS = 8
+WARMUP_TOP_LOGPROBS = 2
 TIMING_PROMPT = "Count from one to twenty, in words."
 TIMING_TOKENS = 12
 TIMING_RUNS = 2
@@ -39,12 +41,22 @@ CHECK_EVERY_S = DEFAULT_TIMEOUTS.prompt_check_s
 def warm_up(engine: Engine, *, concurrency: int = 2) -> float:
     """Run short generations, one alone then several at once; return the seconds spent.
 
-    The first pass pays one-time costs (allocation, kernel selection); the concurrent
-    pass exercises the batched path the worker will use under load.
+    The first pass pays one-time costs (allocation, kernel selection); one more asks for
+    log probabilities, whose kernel vLLM compiles at the first request that wants them
+    (seconds of the whole engine's time, that the first such request would otherwise
+    wait and every stream beside it with it); the concurrent pass exercises the batched
+    path the worker will use under load.
     """
     started = time.monotonic()
     _generate(
         engine, [{"role": "user", "content": WARMUP_PROMPTS[0]}], "warmup-single", WARMUP_TOKENS
+    )
+    _generate(
+        engine,
+        [{"role": "user", "content": WARMUP_PROMPTS[1]}],
+        "warmup-logprobs",
+        WARMUP_TOKENS,
+        sampling=Sampling(logprobs=WARMUP_TOP_LOGPROBS),
     )
     threads = [
         threading.Thread(
@@ -138,10 +150,19 @@ def warm_job_path(runtime: WorkerRuntime) -> None:
     claim_job(runtime.sessions, "warm-up-probe", runtime.worker_id)
 
 
-def _generate(engine: Engine, messages: list[dict[str, str]], request_id: str, tokens: int) -> None:
+def _generate(
+    engine: Engine,
+    messages: list[dict[str, str]],
+    request_id: str,
+    tokens: int,
+    *,
+    sampling: Sampling | None = None,
+) -> None:
     prompt = engine.render_chat(messages)
     # Prefills run beside live work once the worker serves: never ahead of a person.
-    options = SamplingOptions(max_tokens=tokens, temperature=0.0, priority=BACKGROUND_PRIORITY)
+    options = SamplingOptions(
+        max_tokens=tokens, temperature=0.0, priority=BACKGROUND_PRIORITY, sampling=sampling
+    )
     for _ in engine.stream(EngineRequest(prompt, options, request_id)):
         pass
 

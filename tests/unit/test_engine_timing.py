@@ -8,7 +8,7 @@ import pytest
 
 from workers.engine.base import Delta, EngineRequest
 from workers.registry import EngineTiming
-from workers.warmup import time_engine
+from workers.warmup import WARMUP_TOP_LOGPROBS, time_engine, warm_up
 
 
 class ScriptedEngine:
@@ -48,3 +48,28 @@ def test_one_delta_counts_as_a_step_as_long_as_the_request() -> None:
     timing = timed([(0.06, 1)])
     assert timing.first_token_s == pytest.approx(0.06)
     assert timing.step_s == pytest.approx(0.06)
+
+
+class RecordingEngine:
+    """Answers every request with one token and keeps what it was asked."""
+
+    def __init__(self) -> None:
+        self.requests: list[EngineRequest] = []
+
+    def render_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        return [1, 2, 3]
+
+    def stream(self, request: EngineRequest) -> Iterator[Delta]:
+        self.requests.append(request)
+        yield Delta(text="x", completion_tokens=1, finished=True)
+
+
+def test_warm_up_asks_for_log_probabilities_once_before_the_concurrent_pass() -> None:
+    """vLLM compiles its log-probability kernel at the first request that asks for
+    them: warm-up pays for it, not the first person who does."""
+    engine = RecordingEngine()
+    warm_up(engine, concurrency=3)  # type: ignore[arg-type]
+    asked = [r.options.sampling.logprobs for r in engine.requests if r.options.sampling]
+    assert asked == [WARMUP_TOP_LOGPROBS]
+    assert len(engine.requests) == 2 + 3
+    assert engine.requests[1].request_id == "warmup-logprobs"
