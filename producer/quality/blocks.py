@@ -115,15 +115,20 @@ def worker_block(
 
 def worker_environment(settings: Settings) -> dict[str, str]:
     """What the child worker's environment sets beside this one's and the broker and
-    database that ``start_worker_process`` sets: the whole tier table, and a quiet log.
+    database that ``start_worker_process`` sets: the whole tier table, a quiet log, and
+    no prefilling of system prompts.
 
     The tier table goes whole (``LLMQ_TIERS``, with no tiers file), so a variant
-    configured in code or from a file here is the same variant there.
+    configured in code or from a file here is the same variant there. A block's worker
+    answers quality cases, which carry their own messages and name no registered
+    prompt: prefilling the tier's prompts would only delay the block (seconds per
+    prompt on a CPU).
     """
     tiers = {str(name): config.model_dump(mode="json") for name, config in settings.tiers.items()}
     env = {
         "LLMQ_TIERS": json.dumps(tiers),
         "LLMQ_LOG_LEVEL": os.environ.get("LLMQ_LOG_LEVEL", "WARNING"),
+        "LLMQ_PREFILL_PROMPTS": "0",
     }
     if settings.prompts_dir is not None:
         env["LLMQ_PROMPTS_DIR"] = str(settings.prompts_dir)

@@ -27,6 +27,8 @@ from workers.supervise import start_worker_process, stop_process, wait_until_war
 
 pytestmark = pytest.mark.e2e
 
+NO_PREFILL = {"LLMQ_PREFILL_PROMPTS": "0"}
+
 
 def test_two_workers_of_a_tier_both_take_work(
     client: Client,
@@ -36,7 +38,10 @@ def test_two_workers_of_a_tier_both_take_work(
 ) -> None:
     log_path = tmp_path_factory.mktemp("replica") / "worker.log"
     with log_path.open("wb") as log:
-        replica = start_worker_process(e2e_settings, Tier.SMALL, concurrency=8, output=log)
+        # No request here names a system prompt: the replica starts without prefilling.
+        replica = start_worker_process(
+            e2e_settings, Tier.SMALL, concurrency=8, output=log, env=NO_PREFILL
+        )
     try:
         replica_id = wait_until_warm(e2e_settings, Tier.SMALL, replica, timeout=600)
         request = {"messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 24}

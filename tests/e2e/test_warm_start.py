@@ -51,7 +51,14 @@ def test_a_worker_takes_no_job_before_it_is_warm(
     )
     log_path = tmp_path_factory.mktemp("medium") / "worker.log"
     with log_path.open("wb") as log:
-        process = start_worker_process(e2e_settings, Tier.MEDIUM, concurrency=2, output=log)
+        # Loading and warming the engine is warming enough to test: no prompt prefills.
+        process = start_worker_process(
+            e2e_settings,
+            Tier.MEDIUM,
+            concurrency=2,
+            output=log,
+            env={"LLMQ_PREFILL_PROMPTS": "0"},
+        )
     registry = redis.Redis.from_url(e2e_settings.broker_url)
     try:
         seen_warming = False

@@ -13,6 +13,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from producer.quality import Case
+from producer.quality.blocks import worker_environment
 from producer.quality.gate import promote, serving, store_run
 from producer.quality.report import build_report, render_report
 from producer.quality.runner import CaseAnswer, VariantRun, case_request, run_cases
@@ -193,3 +194,14 @@ def test_a_worker_reads_its_tier_through_a_database_blip(
     failures = iter([True, True, True])
     with pytest.raises(DatabaseUnavailable):
         served_config(settings, Tier.SMALL, sessions)
+
+
+def test_a_blocks_worker_gets_the_tier_table_and_skips_prefilling_prompts() -> None:
+    """Cases carry their own messages and name no registered prompt: the worker a block
+    starts does not spend its start prefilling the tier's prompts."""
+    settings = Settings(tiers={"small": {}, "small@same": {"dtype": "float32"}})
+    env = worker_environment(settings)
+    assert env["LLMQ_PREFILL_PROMPTS"] == "0"
+    assert json.loads(env["LLMQ_TIERS"])["small@same"]["dtype"] == "float32"
+    request = case_request(cases(1)[0], max_tokens=8)
+    assert "system_prompt" not in request
