@@ -42,10 +42,11 @@ def warm_up(engine: Engine, *, concurrency: int = 2) -> float:
     """Run short generations, one alone then several at once; return the seconds spent.
 
     The first pass pays one-time costs (allocation, kernel selection); one more asks for
-    log probabilities, whose kernel vLLM compiles at the first request that wants them
-    (seconds of the whole engine's time, that the first such request would otherwise
-    wait and every stream beside it with it); the concurrent pass exercises the batched
-    path the worker will use under load.
+    log probabilities, a sampler path of its own (where the engine compiles, vLLM
+    compiles its log-probability kernel at the first request that wants them: seconds
+    of the whole engine's time that the first such request, and every stream beside
+    it, would otherwise wait); the concurrent pass exercises the batched path the
+    worker will use under load.
     """
     started = time.monotonic()
     _generate(

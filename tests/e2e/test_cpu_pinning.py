@@ -48,3 +48,13 @@ def test_only_the_engine_cores_main_thread_is_made_nicer(
     assert niceness.pop(core.pid) == e2e_settings.engine_core_nice > 0
     # Its input and output threads carry requests in and tokens out at once.
     assert niceness and set(niceness.values()) == {0}, niceness
+
+
+def test_an_eager_engine_compiles_nothing(worker: str) -> None:
+    """A CPU tier runs eagerly: its engine processes do not compile vLLM's sampler
+    helpers (seconds at the first request asking for log probabilities)."""
+    process = psutil.Process(worker_pid(worker))
+    engines = process.children(True)
+    assert engines
+    for child in engines:
+        assert child.environ().get("TORCHDYNAMO_DISABLE") == "1", child

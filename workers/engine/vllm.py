@@ -84,6 +84,8 @@ class VllmEngine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         args = AsyncEngineArgs(**engine_arguments(self._model_path, self._config))
+        if args.enforce_eager:
+            compile_nothing()
         self._engine = AsyncLLM.from_engine_args(args)
         self._tokenizer = AutoTokenizer.from_pretrained(self._model_path)
         self._signal_handovers(self._engine)
@@ -372,6 +374,18 @@ def engine_event_loop() -> asyncio.AbstractEventLoop:
     except ImportError:
         return asyncio.new_event_loop()
     return uvloop.new_event_loop()
+
+
+def compile_nothing() -> None:
+    """Have the engine processes started from here run eagerly throughout.
+
+    An eager engine (every CPU tier's default) compiles no model, but vLLM still wraps
+    a few sampler helpers in ``torch.compile``, the ranks of log probabilities among
+    them: compiled at the first request that asks for log probabilities, seconds during
+    which the whole engine waits, every stream with it. Eager, they cost nothing. An
+    operator's own ``TORCHDYNAMO_DISABLE`` is left as it is; the processes inherit it.
+    """
+    os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 
 
 CPU_LONG_PREFILL_TOKENS = 128
