@@ -23,13 +23,12 @@ import redis
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from producer.gateway.queue_metrics import QueueCollector
 from producer.status import QueueDepth, queue_depths
 from schemas.broker import redis_client
-from schemas.db import make_engine, make_sessions
+from schemas.db import engine_of, make_engine, make_sessions
 from schemas.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -49,7 +48,6 @@ class _Connections:
     """What :class:`QueueCollector` reads through, kept across renders."""
 
     redis: redis.Redis
-    engine: Engine
     sessions: sessionmaker[Session]
 
     @classmethod
@@ -60,12 +58,11 @@ class _Connections:
             socket_connect_timeout=SOCKET_TIMEOUT_S,
             max_connections=2,
         )
-        engine = make_engine(settings.database_url)
-        return cls(client, engine, make_sessions(engine))
+        return cls(client, make_sessions(make_engine(settings.database_url)))
 
     def close(self) -> None:
         self.redis.close()
-        self.engine.dispose()
+        engine_of(self.sessions).dispose()
 
     def queue_depths(self) -> list[QueueDepth]:
         return queue_depths(self.redis)
