@@ -132,11 +132,16 @@ def test_a_job_that_streamed_between_the_silent_read_and_the_row_loses_no_token(
     assert reader.finished
 
 
-def test_a_log_that_ends_the_stream_as_the_row_is_confirmed_ends_it_once() -> None:
-    reader = following(StreamReader("j"))
+def row_says_ended(reader: StreamReader, terminal: FinalEvent) -> StreamReader:
+    """Take ``reader`` through a silence, an empty log and a row that says ``terminal``."""
     reader.receive_message(None)
     reader.receive_log([])
-    reader.receive_row(final(1))
+    assert reader.receive_row(terminal) == []
+    return reader
+
+
+def test_a_log_that_ends_the_stream_as_the_row_is_confirmed_ends_it_once() -> None:
+    reader = row_says_ended(following(StreamReader("j")), final(1))
     events = reader.receive_log([*raw_tokens(0, 1), final(1).model_dump_json()])
     assert seqs(events) == [0, 1]
     assert reader.finished
@@ -144,10 +149,7 @@ def test_a_log_that_ends_the_stream_as_the_row_is_confirmed_ends_it_once() -> No
 
 
 def test_a_lost_connection_while_confirming_the_row_forgets_its_outcome() -> None:
-    reader = following(StreamReader("j"))
-    reader.receive_message(None)
-    reader.receive_log([])
-    reader.receive_row(final(0))
+    reader = row_says_ended(following(StreamReader("j")), final(0))
     assert reader.connection_lost(ConnectionError("gone")) == RECONNECT_DELAY_S
     assert isinstance(reader.next_action(), Listen)
     reader.receive_message(SUBSCRIBED)
