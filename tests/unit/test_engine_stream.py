@@ -75,14 +75,16 @@ class HandOverEngine:
 
     def __init__(self) -> None:
         self.held: list[str] = []
+        self.prompts: list[Any] = []
 
     async def add_request(self, request_id: str, *_args: Any, **_kwargs: Any) -> None:
         await asyncio.sleep(0.002)
         self.held.append(request_id)
 
     async def generate(
-        self, _prompt: Any, _params: Any, request_id: str, **_kwargs: Any
+        self, prompt: Any, _params: Any, request_id: str, **_kwargs: Any
     ) -> AsyncIterator[Any]:
+        self.prompts.append(prompt)
         await self.add_request(request_id)
         completion = SimpleNamespace(text="hi", token_ids=[1], finish_reason="stop")
         yield SimpleNamespace(outputs=[completion], finished=True, num_cached_tokens=0)
@@ -112,6 +114,9 @@ def test_stream_returns_once_the_engine_holds_the_request(
         assert time.monotonic() - started < 10.0
         assert [d.text for d in deltas] == ["hi"]
         assert engine._handovers == {}
+        # Rendered, as vLLM's server hands a prompt over: AsyncLLM.add_request builds
+        # a prompt with a "type" into its request on the loop, not in a thread pool.
+        assert fake.prompts == [{"type": "token", "prompt_token_ids": [1, 2]}]
     finally:
         engine.shutdown()
 
@@ -156,8 +161,9 @@ class ThreeTokenEngine(HandOverEngine):
     """Streams "a", "b", "c", one token each, the last one finished."""
 
     async def generate(
-        self, _prompt: Any, _params: Any, request_id: str, **_kwargs: Any
+        self, prompt: Any, _params: Any, request_id: str, **_kwargs: Any
     ) -> AsyncIterator[Any]:
+        self.prompts.append(prompt)
         await self.add_request(request_id)
         for index, text in enumerate("abc"):
             await asyncio.sleep(0.2)  # an engine step: the reader takes each delta alone

@@ -212,7 +212,7 @@ class VllmEngine:
         # then the whole answer, not a wake-up per token.
         try:
             async for output in self._engine.generate(
-                {"prompt_token_ids": request.prompt_token_ids},
+                engine_input(request.prompt_token_ids),
                 sampling_params(options),
                 request.request_id,
                 priority=options.priority,
@@ -304,6 +304,20 @@ _CLOSED = object()
 # request that the engine has not scheduled yet still gives up its place within this
 # long, and no thread waits forever on an engine that was shut down.
 STOP_POLL_S = 0.1
+
+
+def engine_input(prompt_token_ids: list[int]) -> Any:
+    """A prompt's token ids as vLLM's own server hands them to its engine: rendered (a
+    ``TokensInput``, typed "token").
+
+    ``AsyncLLM.add_request`` builds the engine request from a rendered input on its
+    loop, at once; a raw one (``{"prompt_token_ids": ...}``) it sends through its
+    renderer's thread pool and back, a hop to another thread and a wake-up on the
+    way to every first token.
+    """
+    from vllm.inputs import tokens_input
+
+    return tokens_input(prompt_token_ids)
 
 
 def merged_deltas(parts: Sequence[Delta]) -> Delta:
