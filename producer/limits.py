@@ -69,9 +69,24 @@ def estimate_prompt_tokens(
     tokenizer = _load_tokenizer(str(tokenizer_path)) if tokenizer_path is not None else None
     if tokenizer is None:
         return None
-    contents = _contents(request, system_text)
-    encoded = tokenizer.encode_batch(contents, add_special_tokens=False)
-    return sum(len(item.ids) for item in encoded) + TEMPLATE_TOKENS_PER_MESSAGE * len(contents)
+    contents = _contents(request, None)
+    encoded = tokenizer.encode_batch(contents, add_special_tokens=False) if contents else []
+    tokens = sum(len(item.ids) for item in encoded)
+    if system_text is not None:
+        tokens += _system_prompt_tokens(str(tokenizer_path), system_text)
+        contents.append(system_text)
+    return tokens + TEMPLATE_TOKENS_PER_MESSAGE * len(contents)
+
+
+@functools.lru_cache(maxsize=64)
+def _system_prompt_tokens(tokenizer_path: str, text: str) -> int:
+    """Tokens of a registered system prompt's text, counted once per version: every
+    request that names the version sends the same text, often thousands of tokens,
+    whose count would otherwise be most of a submit's work on its first token's way."""
+    tokenizer = _load_tokenizer(tokenizer_path)
+    if tokenizer is None:
+        return _estimate(text)
+    return len(tokenizer.encode(text, add_special_tokens=False).ids)
 
 
 def count_text_tokens(text: str, tokenizer_path: Path | None) -> int:

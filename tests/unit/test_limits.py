@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from producer.limits import _warn_estimating, check_fits, conservative_token_count
+from producer.limits import (
+    _system_prompt_tokens,
+    _warn_estimating,
+    check_fits,
+    conservative_token_count,
+)
 from schemas.errors import PromptTooLong
 from schemas.queues import Tier
 from schemas.requests import GenerationRequest
@@ -101,3 +106,29 @@ def test_a_configured_tokenizer_folder_is_read_too(tmp_path: Path) -> None:
         tmp_path, model=HUB_MODEL, max_model_len=256, tokenizer=tmp_path / "tok"
     )
     check_fits(ask(" ".join(["word"] * 200), 8), tier=Tier.LARGE, settings=settings)
+
+
+def test_a_system_prompt_counts_exactly_and_once_per_text(tmp_path: Path) -> None:
+    path = word_tokenizer(tmp_path / "tok")
+    settings = settings_for(tmp_path, model=HUB_MODEL, max_model_len=256, tokenizer=path)
+    system = " ".join(["word"] * 200)  # 200 tokens
+    _system_prompt_tokens.cache_clear()
+    # 200 + 40 words and two messages' template tokens: 250 tokens, over 256 with 8 more.
+    with pytest.raises(PromptTooLong, match="about 250 tokens"):
+        check_fits(
+            ask(" ".join(["word"] * 40), 8), tier=Tier.LARGE, settings=settings, system_text=system
+        )
+    check_fits(
+        ask(" ".join(["word"] * 30), 8), tier=Tier.LARGE, settings=settings, system_text=system
+    )
+    # The same prompt text (a registered version) is counted once, then remembered.
+    counted = _system_prompt_tokens.cache_info()
+    assert (counted.misses, counted.hits) == (1, 1)
+    # Another text is counted afresh: a new version of the prompt has its own count.
+    with pytest.raises(PromptTooLong, match="about 251 tokens"):
+        check_fits(
+            ask(" ".join(["word"] * 40), 8),
+            tier=Tier.LARGE,
+            settings=settings,
+            system_text=system + " word",
+        )
