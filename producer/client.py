@@ -30,7 +30,7 @@ from producer.jobs import (
     routed_tier_of,
     terminal_event_from_row,
 )
-from producer.limits import count_text_tokens, preload_tokenizer, tokenizer_file
+from producer.limits import count_text_tokens, preload_tokenizers, tokenizer_file
 from producer.pubsub_pool import SyncPubSub, SyncPubSubPool
 from producer.router.route import Router
 from producer.status import QueueDepth, queue_depths
@@ -407,12 +407,12 @@ class Client:
         return tier.max_queue_depth.get(submission.options.priority)
 
     def warm(self) -> None:
-        """Pay one-time costs now: tokenizers, Redis, broker and database connections.
+        """Pay one-time costs now: tokenizers (and system prompts' counts), Redis, broker
+        and database connections.
 
         Raises ``BrokerUnavailable`` or ``DatabaseUnavailable`` if either is down.
         """
-        for tier in Tier:
-            preload_tokenizer(self.settings.model_dir(tier))
+        preload_tokenizers(self.settings, self._prompts.registry)
         with broker_boundary("reach Redis"):
             self._redis.ping()
         self._enqueuer.connect()

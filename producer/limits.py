@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from schemas.errors import PromptTooLong
+from schemas.prompt_registry import PromptRegistry
 from schemas.queues import Tier
 from schemas.requests import GenerationRequest
 from schemas.settings import Settings
@@ -145,10 +146,15 @@ def _warn_estimating(tier: Tier) -> None:
     )
 
 
-def preload_tokenizer(tokenizer_path: Path | None) -> None:
-    """Load a tokenizer (file or model folder) now, so the first request does not pay for it."""
-    if tokenizer_path is not None:
-        _load_tokenizer(str(tokenizer_path))
+def preload_tokenizers(settings: Settings, prompts: PromptRegistry) -> None:
+    """Load each configured tier's tokenizer now and count the registered system
+    prompts its tier serves with it, so the first request pays for neither."""
+    for tier in settings.tiers:
+        path = tokenizer_file(settings, tier)
+        if path is None or _load_tokenizer(str(path)) is None:
+            continue
+        for prompt in prompts.for_tier(tier.base):
+            _system_prompt_tokens(str(path), prompt.text)
 
 
 @functools.lru_cache(maxsize=8)

@@ -13,8 +13,10 @@ from producer.limits import (
     _warn_estimating,
     check_fits,
     conservative_token_count,
+    preload_tokenizers,
 )
 from schemas.errors import PromptTooLong
+from schemas.prompt_registry import PromptRegistry, SystemPrompt
 from schemas.queues import Tier
 from schemas.requests import GenerationRequest
 from schemas.settings import Settings, TierConfig
@@ -132,3 +134,16 @@ def test_a_system_prompt_counts_exactly_and_once_per_text(tmp_path: Path) -> Non
             settings=settings,
             system_text=system + " word",
         )
+
+
+def test_warming_counts_the_registered_prompts_of_each_tier(tmp_path: Path) -> None:
+    path = word_tokenizer(tmp_path / "tok")
+    settings = settings_for(tmp_path, model=HUB_MODEL, max_model_len=256, tokenizer=path)
+    served = SystemPrompt("support", 1, " ".join(["word"] * 100), frozenset({Tier.LARGE}))
+    other = SystemPrompt("other", 1, "word word", frozenset({Tier.SMALL}))
+    _system_prompt_tokens.cache_clear()
+    preload_tokenizers(settings, PromptRegistry([served, other]))
+    assert _system_prompt_tokens.cache_info().misses == 1  # the large tier's prompt only
+    check_fits(ask("word", 8), tier=Tier.LARGE, settings=settings, system_text=served.text)
+    counted = _system_prompt_tokens.cache_info()
+    assert (counted.misses, counted.hits) == (1, 1)  # the first request found it counted
