@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from bench.harness import (
     bench_rig,
@@ -47,6 +49,33 @@ QUESTIONS = (
 LOGPROBS_REQUESTS = 6
 """The first request asking for log probabilities, and five more to compare it with."""
 
+IDLE_BEFORE_EACH_S = 1.5
+"""How long the host idles before each measured request, the first included.
+
+The first request after warm-up always comes after idle (the wait for the worker's
+warm signal), and on a small shared host a request after idle is slower than one sent
+right behind another, whatever served it (its processes' cores and caches cool down):
+a first request against back-to-back ones would measure the idle, not warm-up left
+undone. So every request waits the same before it starts."""
+
+Sample = TypeVar("Sample")
+
+
+def after_equal_idle(
+    take: Callable[[str], Sample],
+    questions: Sequence[str],
+    *,
+    label: str,
+    idle_s: float = IDLE_BEFORE_EACH_S,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[Sample]:
+    """``take`` of each question in order, each after ``idle_s`` of nothing running."""
+    samples = []
+    for question in counted(label, len(questions)).track(questions):
+        sleep(idle_s)
+        samples.append(take(question))
+    return samples
+
 
 def run_warm(settings: Settings, *, tier: Tier, max_tokens: int, prompt: str) -> dict[str, Any]:
     """Warm: a request with the system prompt through the queue to a worker that has
@@ -56,7 +85,8 @@ def run_warm(settings: Settings, *, tier: Tier, max_tokens: int, prompt: str) ->
     process (no warm-up) serves the first request. Same model, same prompt, one run.
 
     Between the two, the warm worker's first requests asking for log probabilities
-    (``first_logprobs_penalty``: the first of them over the next five's p50).
+    (``first_logprobs_penalty``: the first of them over the next five's p50). Every
+    warm request starts after the same idle (``IDLE_BEFORE_EACH_S``).
     """
     system = PromptRegistry.load(settings.prompts_dir).resolve(prompt, tier=tier)
 
@@ -70,17 +100,18 @@ def run_warm(settings: Settings, *, tier: Tier, max_tokens: int, prompt: str) ->
         }
 
     with bench_rig(settings, tier) as rig:
-        samples = [
-            queued_sample(rig, request(question))
-            for question in counted("warm: queued requests", len(QUESTIONS)).track(QUESTIONS)
-        ]
+        samples = after_equal_idle(
+            lambda question: queued_sample(rig, request(question)),
+            QUESTIONS,
+            label="warm: queued requests",
+        )
         # Then the worker's first requests asking for log probabilities: a path of the
         # engine of its own, with a one-time cost of its own.
-        asked = QUESTIONS[:LOGPROBS_REQUESTS]
-        with_logprobs = [
-            queued_sample(rig, request(question, sampling={"logprobs": 2}))[0]
-            for question in counted("warm: with log probabilities", len(asked)).track(asked)
-        ]
+        with_logprobs = after_equal_idle(
+            lambda question: queued_sample(rig, request(question, sampling={"logprobs": 2}))[0],
+            QUESTIONS[:LOGPROBS_REQUESTS],
+            label="warm: with log probabilities",
+        )
     with engine_only(settings, tier, fresh=True) as engine:
         first_messages = [
             {"role": "system", "content": system.text},
@@ -105,6 +136,7 @@ def run_warm(settings: Settings, *, tier: Tier, max_tokens: int, prompt: str) ->
         "first_logprobs_ttft_ms": rounded(with_logprobs[0]),
         "next_logprobs_ttft_ms_p50": rounded(median(with_logprobs[1:])),
         "first_logprobs_penalty": round(with_logprobs[0] / median(with_logprobs[1:]), 3),
+        "idle_before_each_s": IDLE_BEFORE_EACH_S,
         "prefix_cache_hits": hits,
         "requests": len(samples),
         "cached_prompt_tokens_first": samples[0][1].usage.cached_prompt_tokens,
