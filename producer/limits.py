@@ -84,10 +84,7 @@ def _system_prompt_tokens(tokenizer_path: str, text: str) -> int:
     """Tokens of a registered system prompt's text, counted once per version: every
     request that names the version sends the same text, often thousands of tokens,
     whose count would otherwise be most of a submit's work on its first token's way."""
-    tokenizer = _load_tokenizer(tokenizer_path)
-    if tokenizer is None:
-        return _estimate(text)
-    return len(tokenizer.encode(text, add_special_tokens=False).ids)
+    return count_text_tokens(text, Path(tokenizer_path))
 
 
 def count_text_tokens(text: str, tokenizer_path: Path | None) -> int:
